@@ -1,0 +1,52 @@
+"""rewardnorm_jax: functional reward transforms for reinforcement learning in JAX.
+
+Reward normalization (running statistics of the discounted return), clipping,
+scaling and arbitrary transforms as pure ``init`` / ``update`` / ``normalize`` /
+``step`` functions over immutable state pytrees. Everything works under
+``jax.jit``, ``jax.vmap`` and ``lax.scan``.
+
+The public API is what this module exports; ``rewardnorm_jax._src`` is not API.
+Adapters: ``rewardnorm_jax.gymnax`` and ``rewardnorm_jax.gymnasium``.
+"""
+
+from rewardnorm_jax._src.base import EmptyState, RewardTransform
+from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
+from rewardnorm_jax._src.running_stats import (
+    PRIOR_COUNT,
+    RunningStats,
+    count_as_int,
+    init_stats,
+)
+from rewardnorm_jax._src.running_stats import update as update_stats
+from rewardnorm_jax._src.semantics import Semantics
+from rewardnorm_jax._src.transforms import (
+    chain,
+    clip_reward,
+    scale_reward,
+    symexp,
+    symlog,
+    symlog_reward,
+    transform_reward,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EmptyState",
+    "NormalizeRewardState",
+    "PRIOR_COUNT",
+    "RewardTransform",
+    "RunningStats",
+    "Semantics",
+    "chain",
+    "clip_reward",
+    "count_as_int",
+    "init_stats",
+    "normalize_reward",
+    "scale_reward",
+    "symexp",
+    "symlog",
+    "symlog_reward",
+    "transform_reward",
+    "update_stats",
+]

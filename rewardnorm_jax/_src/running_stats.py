@@ -1,0 +1,203 @@
+r"""Running mean and variance as an immutable pytree, merged exactly.
+
+The statistics follow Gymnasium's and Stable-Baselines3's ``RunningMeanStd``:
+they start from a prior of weight ``PRIOR_COUNT = 1e-4`` with mean 0 and
+variance 1, and every batch joins them through the parallel algorithm of
+Chan et al. (:func:`rewardnorm_jax._src.formulas.chan_increments`).
+
+Precision. Float32 is JAX's default, and a naive float32 accumulator fails in
+three known ways: a float32 count stops growing at :math:`2^{24}`; once the
+count is large, small mean increments are rounded away; and with one sample
+per update the variance drifts by percents. Here:
+
+* the count is two ``uint32`` words (``count_hi``, ``count_lo``) added with
+  carry: exact to the sample up to :math:`2^{64}`, in float32 and float64 alike;
+* the mean and the sum of squared deviations :math:`M` are each kept as an
+  unevaluated sum of two floats (``mean + mean_low``, ``m2 + m2_low``) and
+  every increment is added with an error-free two-sum, so rounding errors are
+  carried instead of lost (about twice the working precision).
+
+The variance is :math:`M / n` and the count as a float is
+:math:`n_{hi} 2^{32} + n_{lo} + 10^{-4}`; both are properties.
+
+Shapes. The statistics have a shape of their own (``()`` for one statistics
+object). :func:`update` reduces the leading axes of the batch down to that
+shape: ``init_stats(())`` shares one set across every environment of a batch,
+``init_stats((num_envs,))`` keeps one set per environment.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rewardnorm_jax._src import formulas
+
+PRIOR_COUNT = 1e-4
+_WORD = 2.0**32
+
+
+@struct.dataclass
+class RunningStats:
+    """Running mean, variance and count; see the module docstring for the layout."""
+
+    mean: jax.Array  # stats shape, float32 or float64
+    mean_low: jax.Array  # rounding error carried with ``mean``
+    m2: jax.Array  # sum of squared deviations, including the prior's
+    m2_low: jax.Array  # rounding error carried with ``m2``
+    count_hi: jax.Array  # uint32, high word of the sample count
+    count_lo: jax.Array  # uint32, low word of the sample count
+
+    @property
+    def count(self) -> jax.Array:
+        """Samples seen plus the prior weight 1e-4, as a float of the stats dtype."""
+        dtype = self.mean.dtype
+        return (
+            self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)
+        ) + PRIOR_COUNT
+
+    @property
+    def var(self) -> jax.Array:
+        """Population variance ``M / count`` (1 before any sample)."""
+        return (self.m2 + self.m2_low) / self.count
+
+    @property
+    def std(self) -> jax.Array:
+        return jnp.sqrt(self.var)
+
+
+def default_dtype() -> np.dtype:
+    """float64 when JAX's x64 mode is on, float32 otherwise."""
+    return jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.float64))
+
+
+def check_dtype(dtype) -> np.dtype:
+    """The statistics dtype: float32 or float64, never lower."""
+    dtype = default_dtype() if dtype is None else jnp.dtype(dtype)
+    if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
+        raise ValueError(
+            f"dtype={dtype} is not supported for statistics: use float32 or "
+            "float64 (lower precision would lose the statistics)."
+        )
+    if dtype != jax.dtypes.canonicalize_dtype(dtype):
+        raise ValueError(
+            "dtype=float64 needs JAX's x64 mode: wrap the code in "
+            "`with jax.enable_x64(True):` or set JAX_ENABLE_X64=1."
+        )
+    return dtype
+
+
+def init_stats(shape: tuple[int, ...] = (), dtype=None) -> RunningStats:
+    """Statistics of the prior alone: mean 0, variance 1, count 1e-4.
+
+    Args:
+      shape: shape of the statistics (``()`` for one shared set).
+      dtype: float32 or float64; default float64 under x64, else float32.
+
+    Example:
+      >>> stats = init_stats()
+      >>> float(stats.mean), float(stats.var), round(float(stats.count), 6)
+      (0.0, 1.0, 0.0001)
+    """
+    dtype = check_dtype(dtype)
+    zeros = jnp.zeros(shape, dtype)
+    words = jnp.zeros(shape, jnp.uint32)
+    return RunningStats(
+        mean=zeros,
+        mean_low=zeros,
+        m2=jnp.full(shape, PRIOR_COUNT, dtype),
+        m2_low=zeros,
+        count_hi=words,
+        count_lo=words,
+    )
+
+
+def _two_sum(high, low, increment):
+    """Adds ``increment`` to the unevaluated sum ``high + low`` (Knuth's TwoSum)."""
+    addend = increment + low
+    total = high + addend
+    rounded = total - high
+    error = (high - (total - rounded)) + (addend - rounded)
+    return total, error
+
+
+def _add_count(stats: RunningStats, batch_count: jax.Array):
+    """Adds a uint32 ``batch_count`` to the two-word count, with carry."""
+    low = stats.count_lo + batch_count
+    carry = (low < stats.count_lo).astype(jnp.uint32)
+    return stats.count_hi + carry, low
+
+
+def make_reduce(num_batch_axes: int, axis_name=None):
+    """Sum over the leading ``num_batch_axes`` axes, then across ``axis_name``."""
+
+    def reduce(x):
+        total = jnp.sum(x, axis=tuple(range(num_batch_axes))) if num_batch_axes else x
+        return total if axis_name is None else jax.lax.psum(total, axis_name)
+
+    return reduce
+
+
+def update(
+    stats: RunningStats,
+    batch: jax.typing.ArrayLike,
+    mask: jax.typing.ArrayLike | None = None,
+    *,
+    axis_name=None,
+) -> RunningStats:
+    r"""Merges a batch into the statistics (Chan et al.'s parallel algorithm).
+
+    .. math::
+      n' = n + n_b, \quad
+      \mu' = \mu + \delta \frac{n_b}{n'}, \quad
+      M' = M + \sigma_b^2 n_b + \delta^2 \frac{n\, n_b}{n'},
+      \quad \delta = \mu_b - \mu
+
+    Args:
+      stats: current statistics, of shape ``S``.
+      batch: values of shape ``(*B, *S)``; the leading axes ``B`` are reduced.
+      mask: optional boolean of the batch's shape; ``False`` entries are left
+        out of the moments and the count (they may hold NaN).
+      axis_name: optional name (or tuple of names) of mapped axes
+        (``vmap``, ``pmap``, ``shard_map``) to merge the batch across, so every
+        participant ends with identical statistics.
+
+    Returns:
+      The merged statistics; unchanged when no entry is selected.
+
+    Example:
+      >>> stats = update(init_stats(), jnp.array([1.0, 2.0, 3.0]))
+      >>> round(float(stats.mean), 3), round(float(stats.var), 3)
+      (2.0, 0.667)
+    """
+    batch = jnp.asarray(batch, stats.mean.dtype)
+    num_batch_axes = batch.ndim - stats.mean.ndim
+    if num_batch_axes < 0 or batch.shape[num_batch_axes:] != stats.mean.shape:
+        raise ValueError(
+            f"batch of shape {batch.shape} does not end with the statistics' "
+            f"shape {stats.mean.shape}."
+        )
+    mask = jnp.ones(batch.shape, bool) if mask is None else jnp.asarray(mask, bool)
+    if mask.shape != batch.shape:
+        raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
+    reduce = make_reduce(num_batch_axes, axis_name)
+    batch_count, batch_mean, batch_var = formulas.batch_moments(jnp, batch, mask, reduce)
+    delta_mean, delta_m2, _ = formulas.chan_increments(
+        stats.count, stats.mean + stats.mean_low, batch_count, batch_mean, batch_var
+    )
+    mean, mean_low = _two_sum(stats.mean, stats.mean_low, delta_mean)
+    m2, m2_low = _two_sum(stats.m2, stats.m2_low, delta_m2)
+    count_hi, count_lo = _add_count(stats, reduce(mask.astype(jnp.uint32)))
+    return RunningStats(mean, mean_low, m2, m2_low, count_hi, count_lo)
+
+
+def select(keep_new: jax.typing.ArrayLike, new: RunningStats, old: RunningStats) -> RunningStats:
+    """``new`` where ``keep_new`` (a Python or traced boolean) else ``old``."""
+    return jax.tree.map(lambda a, b: jnp.where(keep_new, a, b), new, old)
+
+
+def count_as_int(stats: RunningStats) -> np.ndarray:
+    """The exact number of samples seen (prior excluded), as host integers."""
+    return np.asarray(stats.count_hi, np.uint64) * np.uint64(2**32) + np.asarray(
+        stats.count_lo, np.uint64
+    )

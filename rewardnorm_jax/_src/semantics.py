@@ -1,0 +1,73 @@
+"""Which reference a normalizer reproduces: the conventions, as data.
+
+The three references (see the README's "Semantics" section) run the same
+recurrence and differ only in these switches, so the recurrence is written
+once (:mod:`rewardnorm_jax._src.normalize`) and parameterised by a
+:class:`Semantics` value.
+"""
+
+import dataclasses
+
+import jax
+
+_RESETS = ("never", "terminated", "done")
+
+
+@dataclasses.dataclass(frozen=True)
+class Semantics:
+    """Conventions of a discounted-return normalizer.
+
+    Attributes:
+      name: label used in messages.
+      reset_before: episode flag that zeroes the return *before* the step's
+        reward is added: ``"terminated"`` (Gymnasium), ``"done"`` =
+        terminated or truncated (PureJaxRL), or ``"never"`` (SB3).
+      reset_after: flag that zeroes the return *after* the statistics are
+        updated: ``"done"`` (SB3, Gymnasium vector SAME_STEP) or ``"never"``.
+      clip: default symmetric clip of the normalized reward (SB3: 10), or None.
+      freeze_stops_return: whether freezing the statistics also stops the
+        return from accumulating (SB3's ``training=False``) or not (Gymnasium's
+        ``update_running_mean=False``).
+    """
+
+    name: str
+    reset_before: str
+    reset_after: str
+    clip: float | None = None
+    freeze_stops_return: bool = False
+
+    def __post_init__(self):
+        for field in ("reset_before", "reset_after"):
+            if getattr(self, field) not in _RESETS:
+                raise ValueError(
+                    f"{field}={getattr(self, field)!r} must be one of {_RESETS}."
+                )
+
+    def flag(self, which: str, terminated: jax.Array, truncated: jax.Array) -> jax.Array:
+        """The boolean array a reset switch (``reset_before``/``reset_after``) names."""
+        kind = getattr(self, which)
+        if kind == "terminated":
+            return terminated
+        if kind == "done":
+            return terminated | truncated
+        return terminated & False  # all False, in any array namespace
+
+
+GYMNASIUM = Semantics("gymnasium", reset_before="terminated", reset_after="never")
+GYMNASIUM_SAME_STEP = Semantics("gymnasium_same_step", reset_before="terminated", reset_after="done")
+SB3 = Semantics("sb3", reset_before="never", reset_after="done", clip=10.0, freeze_stops_return=True)
+PUREJAXRL = Semantics("purejaxrl", reset_before="done", reset_after="never")
+
+PRESETS = {s.name: s for s in (GYMNASIUM, GYMNASIUM_SAME_STEP, SB3, PUREJAXRL)}
+
+
+def resolve(semantics: "str | Semantics") -> Semantics:
+    """A :class:`Semantics` from a preset name or an instance."""
+    if isinstance(semantics, Semantics):
+        return semantics
+    if semantics not in PRESETS:
+        raise ValueError(
+            f"semantics={semantics!r} is not known; pick one of {sorted(PRESETS)} "
+            "or pass a Semantics(...) instance."
+        )
+    return PRESETS[semantics]

@@ -1,0 +1,136 @@
+"""Stateless reward transforms and their composition.
+
+Each factory returns a :class:`~rewardnorm_jax.RewardTransform` whose state is
+:class:`~rewardnorm_jax.EmptyState`, so it composes with the stateful
+normalizers through :func:`chain`.
+"""
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from rewardnorm_jax._src import base
+
+
+def clip_reward(low: float = -1.0, high: float = 1.0) -> base.RewardTransform:
+    r"""Clips rewards to ``[low, high]``: :math:`\tilde r = \min(\max(r, l), h)`.
+
+    Example:
+      >>> clip = clip_reward(-1.0, 1.0)
+      >>> clip.normalize(clip.init(), jnp.array([-3.0, 0.5, 2.0])).tolist()
+      [-1.0, 0.5, 1.0]
+
+    Raises:
+      ValueError: if ``low > high`` or either bound is NaN.
+    """
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+        raise ValueError(f"low and high should be numbers, got low={low!r}, high={high!r}.")
+    if math.isnan(low) or math.isnan(high) or low > high:
+        raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
+    return base.stateless(lambda reward: jnp.clip(reward, low, high))
+
+
+def scale_reward(scale: float) -> base.RewardTransform:
+    r"""Multiplies rewards by a constant: :math:`\tilde r = c\, r`.
+
+    Example:
+      >>> half = scale_reward(0.5)
+      >>> float(half.normalize(half.init(), 3.0))
+      1.5
+
+    Raises:
+      ValueError: if ``scale`` is not a finite number.
+    """
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
+    return base.stateless(lambda reward: reward * scale)
+
+
+def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransform:
+    r"""Applies any jittable elementwise function: :math:`\tilde r = f(r)`.
+
+    Example:
+      >>> square = transform_reward(jnp.square)
+      >>> float(square.normalize(square.init(), 3.0))
+      9.0
+
+    Raises:
+      ValueError: if ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn should be callable, got {fn!r} of type {type(fn).__name__}.")
+    return base.stateless(fn)
+
+
+def symlog(x: jax.typing.ArrayLike) -> jax.Array:
+    r"""Symmetric logarithm :math:`\operatorname{sign}(x) \log(1 + |x|)`; inverse of :func:`symexp`."""
+    x = jnp.asarray(x)
+    return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
+def symexp(x: jax.typing.ArrayLike) -> jax.Array:
+    r"""Symmetric exponential :math:`\operatorname{sign}(x) (e^{|x|} - 1)`; inverse of :func:`symlog`."""
+    x = jnp.asarray(x)
+    return jnp.sign(x) * jnp.expm1(jnp.abs(x))
+
+
+def symlog_reward() -> base.RewardTransform:
+    """Compresses rewards with :func:`symlog` (DreamerV3).
+
+    Example:
+      >>> t = symlog_reward()
+      >>> round(float(t.normalize(t.init(), -99.0)), 4)
+      -4.6052
+    """
+    return base.stateless(symlog)
+
+
+def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
+    """Composes transforms in order; the result is itself a transform.
+
+    The reward each transform outputs is the reward the next one sees, in
+    ``update`` and ``step`` alike, so ``chain(normalize_reward(), clip_reward(-10, 10))``
+    clips after normalizing (SB3's order) while
+    ``chain(clip_reward(-1, 1), normalize_reward())`` feeds clipped rewards into
+    the statistics. The state is the tuple of the sub-states.
+
+    Example:
+      >>> t = chain(scale_reward(2.0), clip_reward(-1.0, 1.0))
+      >>> float(t.step(t.init(), 0.75)[0])
+      1.0
+    """
+    if not all(isinstance(t, base.RewardTransform) for t in transforms):
+        raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
+
+    def init(batch_shape: base.Shape = ()) -> tuple:
+        return tuple(t.init(batch_shape) for t in transforms)
+
+    def _check(state):
+        if not (isinstance(state, tuple) and len(state) == len(transforms)):
+            raise ValueError(
+                f"chain of {len(transforms)} transforms got a state that is not a "
+                f"tuple of {len(transforms)} sub-states; create it with chain(...).init()."
+            )
+
+    def normalize(state, reward):
+        _check(state)
+        for transform, sub_state in zip(transforms, state):
+            reward = transform.normalize(sub_state, reward)
+        return reward
+
+    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+        _check(state)
+        new_state = []
+        for transform, sub_state in zip(transforms, state):
+            reward, sub_state = transform.step(
+                sub_state, reward, terminated, truncated, update_stats, active=active
+            )
+            new_state.append(sub_state)
+        return reward, tuple(new_state)
+
+    def update(state, reward, terminated=False, truncated=False, *, active=None):
+        return step(state, reward, terminated, truncated, active=active)[1]
+
+    return base.RewardTransform(init, update, normalize, step)
