@@ -1,0 +1,60 @@
+"""gymnax adapter: reward transforms as gymnax wrappers (``import rewardnorm_jax.gymnax``).
+
+API:
+
+* ``RewardTransformWrapper(env, transform)``: any
+  :class:`~rewardnorm_jax.RewardTransform` (including ``chain(...)``) applied
+  to every reward. Named wrappers built on it:
+  ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
+  clip=<semantics default>, dtype=None, axis_name=None)``,
+  ``TransformReward(env, fn)``, ``ClipReward(env, low=-1.0, high=1.0)``.
+* ``wrapper.reset(key, params=None, stats_from=None) -> (obs, state)`` and
+  ``wrapper.step(key, state, action, params=None, update_stats=True) ->
+  (obs, state, reward, terminated, truncated, info)``, both jitted with a
+  static ``self``. ``stats_from``: a transform state whose running statistics
+  the reset keeps (returns restart). ``update_stats``: scalar, possibly traced,
+  boolean; ``False`` freezes the statistics.
+* ``RewardWrapperState(env_state, transform_state, update_stats)``: the
+  wrapper state (a ``flax.struct`` dataclass).
+* ``get_transform_state(state)``, ``set_transform_state(state, transform_state)``,
+  ``set_update_stats(state, flag)``: read / write the outermost
+  ``RewardWrapperState`` inside any wrapper stack (following ``env_state``).
+* ``VecEnv(env, axis_name=None)``: ``jax.vmap`` of ``reset(keys, params)`` /
+  ``step(keys, states, actions, params)`` over one key per environment.
+
+Shared statistics over a batch of N environments, two ways:
+
+* ``NormalizeReward(VecEnv(env))``: reset with N keys; rewards are ``(N,)``
+  and the transform state is ``init(batch_shape=(N,))``.
+* ``VecEnv(NormalizeReward(env, axis_name="envs"), axis_name="envs")`` (or
+  your own ``jax.vmap(..., axis_name="envs")``): one wrapper per environment,
+  statistics merged across the named axis; every copy holds the same values.
+
+Only this subpackage imports gymnax; the top-level package exports none of it.
+"""
+
+from rewardnorm_jax.gymnax._state import (
+    RewardWrapperState,
+    get_transform_state,
+    set_transform_state,
+    set_update_stats,
+)
+from rewardnorm_jax.gymnax._vec_env import VecEnv
+from rewardnorm_jax.gymnax._wrapper import (
+    ClipReward,
+    NormalizeReward,
+    RewardTransformWrapper,
+    TransformReward,
+)
+
+__all__ = [
+    "ClipReward",
+    "NormalizeReward",
+    "RewardTransformWrapper",
+    "RewardWrapperState",
+    "TransformReward",
+    "VecEnv",
+    "get_transform_state",
+    "set_transform_state",
+    "set_update_stats",
+]

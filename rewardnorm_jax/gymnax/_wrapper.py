@@ -1,0 +1,317 @@
+r"""gymnax wrappers that pass rewards through a core reward transform."""
+
+from functools import partial
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from gymnax.wrappers.purerl import GymnaxWrapper
+
+import rewardnorm_jax as rn
+from rewardnorm_jax.gymnax import _state
+
+PyTree = Any
+_SEMANTICS_DEFAULT = object()
+
+
+def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
+    """The environment batch a reset key stands for: one key per environment.
+
+    Typed keys (``jax.random.key``) have the batch's shape; raw ``uint32``
+    keys (``jax.random.PRNGKey``) carry the key data on a trailing axis.
+    """
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return tuple(key.shape)
+    return tuple(key.shape[:-1])
+
+
+class RewardTransformWrapper(GymnaxWrapper):
+    r"""Passes every reward of a gymnax environment through a reward transform.
+
+    Any :class:`~rewardnorm_jax.RewardTransform` works: a normalizer, a clip,
+    or a :func:`~rewardnorm_jax.chain` of them. The wrapper adds no math of its
+    own; each step calls the transform's ``step`` once:
+
+    .. math::
+      (\tilde r, s') = \mathrm{transform.step}(s, r, \mathrm{terminated},
+      \mathrm{truncated}, \mathrm{update\_stats})
+
+    ``reset`` and ``step`` keep gymnax's signatures and six-value return
+    ``(obs, state, reward, terminated, truncated, info)``, are jitted with a
+    static ``self`` and return identical pytrees, so they fit ``lax.scan`` and
+    ``lax.cond``. The state is a :class:`RewardWrapperState` with the inner
+    state in ``env_state`` (as gymnax's ``LogWrapper``), the transform state in
+    ``transform_state`` and a freeze flag ``update_stats``. Attributes not
+    found on the wrapper come from the wrapped environment.
+
+    Batches share one set of statistics in two ways:
+
+    * around a batched environment (:class:`VecEnv`, PureJaxRL's ``VecEnv``):
+      reset with one key per environment, e.g. keys of shape ``(N, 2)``; the
+      transform state is created with ``init(batch_shape=(N,))`` and rewards
+      are ``(N,)`` arrays;
+    * per environment, under ``jax.vmap(..., axis_name="envs")`` (or
+      ``VecEnv(wrapper, axis_name="envs")``), with a transform built with
+      ``axis_name="envs"``: every environment copy holds the same statistics,
+      merged across the mapped axis at each step.
+
+    Statistics outlive evaluation: ``reset(key, params, stats_from=ts)`` starts
+    new episodes but keeps the running statistics of the transform state
+    ``ts``; :func:`get_transform_state` / :func:`set_transform_state` read and
+    write the transform state (checkpoints); ``step(..., update_stats=False)``
+    or :func:`set_update_stats` freezes the statistics while rewards are still
+    transformed.
+
+    Example:
+      >>> import gymnax
+      >>> import rewardnorm_jax as rn
+      >>> from rewardnorm_jax.gymnax import RewardTransformWrapper
+      >>> env, params = gymnax.make("CartPole-v1")
+      >>> transform = rn.chain(rn.normalize_reward(0.99), rn.clip_reward(-10.0, 10.0))
+      >>> env = RewardTransformWrapper(env, transform)
+      >>> key = jax.random.key(0)
+      >>> obs, state = env.reset(key, params)
+      >>> obs, state, reward, terminated, truncated, info = env.step(key, state, 0, params)
+      >>> float(reward)   # CartPole's reward 1, normalized then clipped
+      10.0
+
+    Change logs:
+      * v0.1.0 - Initially added.
+    """
+
+    def __init__(self, env, transform: rn.RewardTransform):
+        """Wraps ``env``.
+
+        Args:
+          env: a gymnax environment or wrapper (single or batched).
+          transform: the reward transform applied to every reward.
+
+        Raises:
+          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
+        """
+        if not isinstance(transform, rn.RewardTransform):
+            raise ValueError(
+                f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
+                f"rn.normalize_reward()), got {transform!r} of type "
+                f"{type(transform).__name__}."
+            )
+        super().__init__(env)
+        self._transform = transform
+
+    @property
+    def transform(self) -> rn.RewardTransform:
+        """The reward transform applied to every reward."""
+        return self._transform
+
+    @partial(jax.jit, static_argnames=("self",))
+    def reset(
+        self,
+        key: jax.Array,
+        params: Any = None,
+        stats_from: PyTree = None,
+    ) -> tuple[PyTree, _state.RewardWrapperState]:
+        """Resets the environment and the transform state.
+
+        Args:
+          key: reset key; a batch of keys (one per environment) for a batched
+            environment, which sets the transform state's batch shape.
+          params: environment parameters (default: the environment's own).
+          stats_from: optional transform state (e.g.
+            ``get_transform_state(state)``) whose running statistics are kept;
+            the tracked returns restart as for a fresh reset, so its batch size
+            may differ. Default: fresh statistics.
+
+        Returns:
+          ``(obs, state)``; statistics learn in the new state.
+        """
+        obs, env_state = self._env.reset(key, params)
+        transform_state = self._transform.init(batch_shape_of_key(key))
+        if stats_from is not None:
+            transform_state = _state.keep_stats(transform_state, stats_from)
+        return obs, _state.RewardWrapperState(
+            env_state=env_state,
+            transform_state=transform_state,
+            update_stats=jnp.array(True),
+        )
+
+    @partial(jax.jit, static_argnames=("self",))
+    def step(
+        self,
+        key: jax.Array,
+        state: _state.RewardWrapperState,
+        action: Any,
+        params: Any = None,
+        update_stats: jax.typing.ArrayLike = True,
+    ) -> tuple[PyTree, _state.RewardWrapperState, jax.Array, jax.Array, jax.Array, dict]:
+        """Steps the environment and transforms its reward.
+
+        Args:
+          key: step key (a batch of keys for a batched environment).
+          state: the wrapper state.
+          action: the action (batched for a batched environment).
+          params: environment parameters (default: the environment's own).
+          update_stats: scalar boolean, may be traced; ``False`` freezes the
+            statistics for this step (as does ``state.update_stats``).
+
+        Returns:
+          ``(obs, state, reward, terminated, truncated, info)`` with the
+          transformed reward.
+
+        Raises:
+          ValueError: if ``update_stats`` is not a scalar.
+        """
+        if jnp.shape(update_stats) != ():
+            raise ValueError(
+                f"update_stats should be a scalar boolean, got shape {jnp.shape(update_stats)}."
+            )
+        obs, env_state, reward, terminated, truncated, info = self._env.step(
+            key, state.env_state, action, params
+        )
+        reward, transform_state = self._transform.step(
+            state.transform_state,
+            reward,
+            terminated,
+            truncated,
+            jnp.logical_and(update_stats, state.update_stats),
+        )
+        state = state.replace(env_state=env_state, transform_state=transform_state)
+        return obs, state, reward, terminated, truncated, info
+
+
+class NormalizeReward(RewardTransformWrapper):
+    r"""Scales rewards by the running standard deviation of the discounted return.
+
+    The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's
+    ``NormalizeVecReward``, built on :func:`rewardnorm_jax.normalize_reward`:
+
+    .. math::
+      G \leftarrow \gamma\, G\, (1 - d) + r, \qquad
+      \tilde r = r / \sqrt{\sigma^2_G + \epsilon}
+
+    with one set of running statistics of :math:`G` shared by the batch and
+    the flag :math:`d` chosen by ``semantics`` (``"gymnasium"``, the default:
+    ``terminated``; ``"purejaxrl"``: ``terminated or truncated``, which with
+    gymnax's auto-reset reproduces PureJaxRL exactly; ``"sb3"``). The state's
+    ``transform_state`` is a :class:`~rewardnorm_jax.NormalizeRewardState`
+    (``stats``, ``ret``).
+
+    Unlike PureJaxRL, whose statistics live in the environment state and are
+    wiped by any ``reset``, ``reset(key, params, stats_from=ts)`` keeps them;
+    ``step(..., update_stats=False)`` freezes them (the returns keep
+    accumulating, except with ``semantics="sb3"``); see
+    :class:`RewardTransformWrapper` for batching, checkpoints and freezing.
+
+    Note:
+      The first rewards are large (about 70 for a reward of 1: the variance
+      starts at the 1e-4 prior); chain a clip with
+      ``RewardTransformWrapper(env, rn.chain(rn.normalize_reward(), rn.clip_reward(-10, 10)))``
+      or pass ``clip=10.0``.
+
+    Example:
+      >>> import gymnax
+      >>> from rewardnorm_jax.gymnax import NormalizeReward, VecEnv
+      >>> env, params = gymnax.make("CartPole-v1")
+      >>> env = NormalizeReward(VecEnv(env), gamma=0.99, semantics="purejaxrl")
+      >>> keys = jax.random.split(jax.random.key(0), 4)
+      >>> obs, state = env.reset(keys, params)
+      >>> actions = jnp.zeros(4, jnp.int32)
+      >>> obs, state, reward, terminated, truncated, info = env.step(keys, state, actions, params)
+      >>> reward.shape, int(rn.count_as_int(state.transform_state.stats))
+      ((4,), 4)
+      >>> round(float(reward[0]), 1)   # 4 returns of 1: var = 2e-4 / 4.0001
+      141.4
+
+    Change logs:
+      * v0.1.0 - Initially added.
+    """
+
+    def __init__(
+        self,
+        env,
+        gamma: float = 0.99,
+        epsilon: float = 1e-8,
+        *,
+        semantics: "str | rn.Semantics" = "gymnasium",
+        clip: Any = _SEMANTICS_DEFAULT,
+        dtype=None,
+        axis_name=None,
+    ):
+        """Wraps ``env``.
+
+        Args:
+          env: a gymnax environment or wrapper (single or batched).
+          gamma: discount factor in [0, 1].
+          epsilon: added to the variance, > 0.
+          semantics: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"``,
+            ``"gymnasium_same_step"`` or a :class:`~rewardnorm_jax.Semantics`.
+          clip: symmetric bound of the normalized reward; defaults to the
+            semantics' own (10 for ``"sb3"``, none otherwise); ``None``
+            disables it.
+          dtype: float32 or float64 statistics; default float64 under x64.
+          axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
+            to share the statistics across, for a per-environment wrapper.
+
+        Raises:
+          ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive
+            clip, an unknown semantics or an unsupported dtype.
+        """
+        clip_kwarg = {} if clip is _SEMANTICS_DEFAULT else {"clip": clip}
+        super().__init__(
+            env,
+            rn.normalize_reward(
+                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **clip_kwarg
+            ),
+        )
+        self.gamma = float(gamma)
+        self.epsilon = float(epsilon)
+
+
+class TransformReward(RewardTransformWrapper):
+    r"""Applies a jittable elementwise function to every reward: :math:`\tilde r = f(r)`.
+
+    Built on :func:`rewardnorm_jax.transform_reward`; the transform state is
+    :class:`~rewardnorm_jax.EmptyState`.
+
+    Example:
+      >>> import gymnax
+      >>> from rewardnorm_jax.gymnax import TransformReward
+      >>> env, params = gymnax.make("CartPole-v1")
+      >>> env = TransformReward(env, lambda r: 2.0 * r)
+      >>> key = jax.random.key(0)
+      >>> obs, state = env.reset(key, params)
+      >>> float(env.step(key, state, 0, params)[2])
+      2.0
+
+    Change logs:
+      * v0.1.0 - Initially added.
+    """
+
+    def __init__(self, env, fn: Callable[[jax.Array], jax.Array]):
+        """Wraps ``env``; raises ValueError if ``fn`` is not callable."""
+        super().__init__(env, rn.transform_reward(fn))
+
+
+class ClipReward(RewardTransformWrapper):
+    r"""Clips every reward to ``[low, high]``: :math:`\tilde r = \min(\max(r, l), h)`.
+
+    Built on :func:`rewardnorm_jax.clip_reward`; the transform state is
+    :class:`~rewardnorm_jax.EmptyState`.
+
+    Example:
+      >>> import gymnax
+      >>> from rewardnorm_jax.gymnax import ClipReward
+      >>> env, params = gymnax.make("Pendulum-v1")
+      >>> env = ClipReward(env, -1.0, 0.0)
+      >>> key = jax.random.key(0)
+      >>> obs, state = env.reset(key, params)
+      >>> float(env.step(key, state, jnp.array([0.0]), params)[2]) >= -1.0
+      True
+
+    Change logs:
+      * v0.1.0 - Initially added.
+    """
+
+    def __init__(self, env, low: float = -1.0, high: float = 1.0):
+        """Wraps ``env``; raises ValueError if ``low > high`` or a bound is NaN."""
+        super().__init__(env, rn.clip_reward(low, high))
