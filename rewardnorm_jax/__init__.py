@@ -23,10 +23,15 @@ from rewardnorm_jax._src.transforms import (
     chain,
     clip_reward,
     scale_reward,
+    transform_reward,
+)
+from rewardnorm_jax._src.value_transforms import (
+    signed_hyperbolic,
+    signed_hyperbolic_reward,
+    signed_parabolic,
     symexp,
     symlog,
     symlog_reward,
-    transform_reward,
 )
 
 __version__ = "0.1.0"
@@ -44,6 +49,9 @@ __all__ = [
     "init_stats",
     "normalize_reward",
     "scale_reward",
+    "signed_hyperbolic",
+    "signed_hyperbolic_reward",
+    "signed_parabolic",
     "symexp",
     "symlog",
     "symlog_reward",

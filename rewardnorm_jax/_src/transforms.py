@@ -64,29 +64,6 @@ def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransfo
     return base.stateless(fn)
 
 
-def symlog(x: jax.typing.ArrayLike) -> jax.Array:
-    r"""Symmetric logarithm :math:`\operatorname{sign}(x) \log(1 + |x|)`; inverse of :func:`symexp`."""
-    x = jnp.asarray(x)
-    return jnp.sign(x) * jnp.log1p(jnp.abs(x))
-
-
-def symexp(x: jax.typing.ArrayLike) -> jax.Array:
-    r"""Symmetric exponential :math:`\operatorname{sign}(x) (e^{|x|} - 1)`; inverse of :func:`symlog`."""
-    x = jnp.asarray(x)
-    return jnp.sign(x) * jnp.expm1(jnp.abs(x))
-
-
-def symlog_reward() -> base.RewardTransform:
-    """Compresses rewards with :func:`symlog` (DreamerV3).
-
-    Example:
-      >>> t = symlog_reward()
-      >>> round(float(t.normalize(t.init(), -99.0)), 4)
-      -4.6052
-    """
-    return base.stateless(symlog)
-
-
 def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     """Composes transforms in order; the result is itself a transform.
 
