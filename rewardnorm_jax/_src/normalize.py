@@ -22,8 +22,9 @@ _SEMANTICS_DEFAULT = object()
 class NormalizeRewardState:
     """State of :func:`normalize_reward`."""
 
-    stats: rs.RunningStats  # shared statistics of the discounted return
+    stats: rs.RunningStats  # statistics of the discounted return: () shared, else batch_shape
     ret: jax.Array  # batch_shape, the tracked discounted return G
+    ret_abs_max: jax.Array | None = None  # stats shape, running max |G| (g_max only)
 
 
 def check_gamma_epsilon(gamma, epsilon) -> tuple[float, float]:
@@ -45,6 +46,64 @@ def check_clip(clip) -> float | None:
     return float(clip)
 
 
+def check_g_max(g_max) -> float | None:
+    if g_max is None:
+        return None
+    # g_max <= 0 divides by zero or flips the sign of the floor.
+    if not (isinstance(g_max, (int, float)) and math.isfinite(g_max) and g_max > 0):
+        raise ValueError(f"g_max should be a positive number or None, got g_max={g_max!r}.")
+    return float(g_max)
+
+
+def return_step(
+    ret, stats, reward, terminated, truncated, update_stats, active, *,
+    gamma, semantics, dtype, merge,
+):
+    """One environment step of a transform driven by the discounted return.
+
+    The single place the return-based transforms run the recurrence: checks
+    shapes, advances the return with
+    :func:`~rewardnorm_jax._src.formulas.discounted_return`, lets
+    ``merge(stats, ret, valid)`` fold the valid returns into the transform's
+    statistics (kept unchanged when ``update_stats`` is false), then applies
+    the post-update reset and the freeze rule of ``semantics``.
+
+    Returns:
+      ``(reward, ret, stats)``: the reward cast to ``dtype``, the return to
+      carry, and the statistics.
+    """
+    shape = ret.shape
+    base.check_step_shapes(
+        shape, reward, terminated=terminated, truncated=truncated, active=active
+    )
+    terminated = base.as_flag(terminated, shape)
+    truncated = base.as_flag(truncated, shape)
+    active = base.as_flag(True if active is None else active, shape)
+    reward = jnp.asarray(reward, dtype)
+    valid = active & jnp.isfinite(reward)
+
+    new_ret = formulas.discounted_return(
+        jnp, ret, reward, gamma,
+        semantics.flag("reset_before", terminated, truncated), valid, active,
+    )
+    stats = rs.select(update_stats, merge(stats, new_ret, valid), stats)
+    new_ret = jnp.where(semantics.flag("reset_after", terminated, truncated), 0.0, new_ret)
+    if semantics.freeze_stops_return:
+        new_ret = jnp.where(update_stats, new_ret, ret)
+    return reward, new_ret, stats
+
+
+def running_max(old, values, mask, axis_name=None) -> jax.Array:
+    """``max(old, max of the masked values)``, reducing leading axes to ``old``'s shape."""
+    num_batch_axes = values.ndim - old.ndim
+    batch_max = jnp.max(
+        jnp.where(mask, values, old), axis=tuple(range(num_batch_axes))
+    ) if num_batch_axes else jnp.where(mask, values, old)
+    if axis_name is not None:
+        batch_max = jax.lax.pmax(batch_max, axis_name)
+    return jnp.maximum(old, batch_max)
+
+
 def normalize_reward(
     gamma: float = 0.99,
     epsilon: float = 1e-8,
@@ -53,6 +112,9 @@ def normalize_reward(
     clip=_SEMANTICS_DEFAULT,
     dtype=None,
     axis_name=None,
+    decay=None,
+    shared: bool = True,
+    g_max=None,
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
 
@@ -88,6 +150,26 @@ def normalize_reward(
     through unchanged in the output so the caller sees it. The statistics are
     never poisoned.
 
+    Options beyond the references:
+
+    * ``decay``: exponential moving statistics instead of cumulative ones, for
+      reward scales that drift (see :func:`rewardnorm_jax.init_stats`); each
+      update discounts the past by ``decay`` and the division by the
+      discounted weight is the bias correction, so early steps are not biased
+      towards the prior.
+    * ``shared=False``: one set of statistics per environment (shape
+      ``batch_shape``), for multi-task batches where each environment has its
+      own reward scale; with ``axis_name``, environment :math:`i` of every
+      participant shares statistics (position-wise ``psum``).
+    * ``g_max``: a floor on the divisor from the running maximum of
+      :math:`|G|` (SimbaV2, FastTD3), so the normalized return stays within
+      about :math:`\pm g_{max}` when the variance is small against the largest
+      returns seen:
+
+      .. math::
+        M \leftarrow \max\big(M, \max_i |G_i|\big), \qquad
+        \tilde r_i = \frac{r_i}{\max\big(\sqrt{\sigma^2 + \epsilon},\; M / g_{max}\big)}
+
     Args:
       gamma: discount factor in [0, 1].
       epsilon: added to the variance before the square root, > 0.
@@ -100,14 +182,21 @@ def normalize_reward(
         under x64, float32 otherwise.
       axis_name: mapped axis name(s) to share the statistics across
         (``vmap``/``pmap``/``shard_map``); see :func:`rewardnorm_jax.update_stats`.
+      decay: ``None`` (cumulative statistics, as the references) or the
+        per-update discount in [0, 1) of exponential moving statistics.
+      shared: one set of statistics for the whole batch (default, as the
+        references) or, if false, one per environment.
+      g_max: ``None``, or the bound :math:`g_{max} > 0` on the normalized
+        return that sets the floor :math:`M / g_{max}` of the divisor
+        (SimbaV2 and FastTD3 use 10).
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform`. The output reward has the
       statistics dtype.
 
     Raises:
-      ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive clip
-        or an unknown semantics.
+      ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive clip,
+        an unknown semantics, a decay outside [0, 1) or a non-positive g_max.
 
     Example:
       >>> norm = normalize_reward(gamma=0.99)
@@ -121,46 +210,47 @@ def normalize_reward(
       <https://arxiv.org/abs/2005.12729>`_, 2020.
       Gymnasium ``gymnasium/wrappers/stateful_reward.py``;
       Stable-Baselines3 ``stable_baselines3/common/vec_env/vec_normalize.py``;
-      PureJaxRL ``purejaxrl/wrappers.py``.
+      PureJaxRL ``purejaxrl/wrappers.py``;
+      Lee et al., `Hyperspherical Normalization for Scalable Deep
+      Reinforcement Learning <https://arxiv.org/abs/2502.15280>`_, 2025
+      (SimbaV2, ``g_max``).
     """
     gamma, epsilon = check_gamma_epsilon(gamma, epsilon)
     semantics = sem_lib.resolve(semantics)
     clip = check_clip(semantics.clip if clip is _SEMANTICS_DEFAULT else clip)
     dtype = rs.check_dtype(dtype)
+    decay = rs.check_decay(decay)
+    g_max = check_g_max(g_max)
 
     def init(batch_shape: base.Shape = ()) -> NormalizeRewardState:
+        stats_shape = () if shared else tuple(batch_shape)
         return NormalizeRewardState(
-            stats=rs.init_stats((), dtype), ret=jnp.zeros(batch_shape, dtype)
+            stats=rs.init_stats(stats_shape, dtype, decay=decay),
+            ret=jnp.zeros(batch_shape, dtype),
+            ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
         )
 
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
         reward = jnp.asarray(reward, dtype)
-        return formulas.scale_by_std(
-            jnp, reward, state.stats.var, epsilon, clip, ~jnp.isfinite(reward)
-        )
+        var = state.stats.var
+        if g_max is not None:  # max(sqrt(var + eps), M / g_max) as one square root
+            floor = state.ret_abs_max / g_max
+            var = jnp.maximum(var, floor * floor - epsilon)
+        return formulas.scale_by_std(jnp, reward, var, epsilon, clip, ~jnp.isfinite(reward))
+
+    def merge(stats, ret, valid):
+        running, ret_abs_max = stats
+        running = rs.update(running, ret, valid, axis_name=axis_name)
+        if g_max is not None:
+            ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), valid, axis_name)
+        return running, ret_abs_max
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        shape = state.ret.shape
-        base.check_step_shapes(
-            shape, reward, terminated=terminated, truncated=truncated, active=active
+        reward, ret, (stats, ret_abs_max) = return_step(
+            state.ret, (state.stats, state.ret_abs_max), reward, terminated, truncated,
+            update_stats, active, gamma=gamma, semantics=semantics, dtype=dtype, merge=merge,
         )
-        terminated = base.as_flag(terminated, shape)
-        truncated = base.as_flag(truncated, shape)
-        active = base.as_flag(True if active is None else active, shape)
-        reward = jnp.asarray(reward, dtype)
-        valid = active & jnp.isfinite(reward)
-
-        ret = formulas.discounted_return(
-            jnp, state.ret, reward, gamma,
-            semantics.flag("reset_before", terminated, truncated), valid, active,
-        )
-        stats = rs.select(
-            update_stats, rs.update(state.stats, ret, valid, axis_name=axis_name), state.stats
-        )
-        ret = jnp.where(semantics.flag("reset_after", terminated, truncated), 0.0, ret)
-        if semantics.freeze_stops_return:
-            ret = jnp.where(update_stats, ret, state.ret)
-        new_state = NormalizeRewardState(stats=stats, ret=ret)
+        new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
         return normalize(new_state, reward), new_state
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):

@@ -24,6 +24,13 @@ Shapes. The statistics have a shape of their own (``()`` for one statistics
 object). :func:`update` reduces the leading axes of the batch down to that
 shape: ``init_stats(())`` shares one set across every environment of a batch,
 ``init_stats((num_envs,))`` keeps one set per environment.
+
+Exponential moving statistics. ``init_stats(..., decay=beta)`` makes every
+update first discount the weight of everything seen so far by :math:`\beta`,
+then merge the batch with the same Chan et al. step: the cumulative statistics
+are the case :math:`\beta = 1`, so both paths are one merge. The discounted
+weight :math:`W` (prior included) is kept in ``weight``; see :func:`update`
+for the formulas and the bias correction.
 """
 
 import jax
@@ -47,10 +54,18 @@ class RunningStats:
     m2_low: jax.Array  # rounding error carried with ``m2``
     count_hi: jax.Array  # uint32, high word of the sample count
     count_lo: jax.Array  # uint32, low word of the sample count
+    weight: jax.Array | None = None  # discounted weight W (EMA statistics only)
+    decay: float | None = struct.field(pytree_node=False, default=None)  # static
 
     @property
     def count(self) -> jax.Array:
-        """Samples seen plus the prior weight 1e-4, as a float of the stats dtype."""
+        """Samples seen plus the prior weight 1e-4, as a float of the stats dtype.
+
+        For exponential moving statistics (``decay`` set), the discounted
+        weight :math:`W` instead; :func:`count_as_int` still counts samples.
+        """
+        if self.decay is not None:
+            return self.weight
         dtype = self.mean.dtype
         return (
             self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)
@@ -87,12 +102,33 @@ def check_dtype(dtype) -> np.dtype:
     return dtype
 
 
-def init_stats(shape: tuple[int, ...] = (), dtype=None) -> RunningStats:
-    """Statistics of the prior alone: mean 0, variance 1, count 1e-4.
+def check_decay(decay) -> float | None:
+    """Validates the decay of exponential moving statistics."""
+    if decay is None:
+        return None
+    # decay = 1 is the cumulative statistics (decay=None, with an exact count);
+    # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
+    if not (isinstance(decay, (int, float)) and 0.0 <= decay < 1.0):
+        raise ValueError(
+            f"decay should be in the interval [0, 1) or None, got decay={decay!r}."
+        )
+    return float(decay)
+
+
+def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> RunningStats:
+    r"""Statistics of the prior alone: mean 0, variance 1, count 1e-4.
 
     Args:
       shape: shape of the statistics (``()`` for one shared set).
       dtype: float32 or float64; default float64 under x64, else float32.
+      decay: ``None`` for cumulative statistics (every sample weighs the same,
+        Gymnasium's ``RunningMeanStd``), or :math:`\beta \in [0, 1)` for
+        exponential moving statistics that discount older updates by
+        :math:`\beta` each update (see :func:`update`).
+
+    Raises:
+      ValueError: for a dtype other than float32 / float64, or a decay outside
+        [0, 1).
 
     Example:
       >>> stats = init_stats()
@@ -100,6 +136,7 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None) -> RunningStats:
       (0.0, 1.0, 0.0001)
     """
     dtype = check_dtype(dtype)
+    decay = check_decay(decay)
     zeros = jnp.zeros(shape, dtype)
     words = jnp.zeros(shape, jnp.uint32)
     return RunningStats(
@@ -109,6 +146,8 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None) -> RunningStats:
         m2_low=zeros,
         count_hi=words,
         count_lo=words,
+        weight=None if decay is None else jnp.full(shape, PRIOR_COUNT, dtype),
+        decay=decay,
     )
 
 
@@ -153,6 +192,27 @@ def update(
       M' = M + \sigma_b^2 n_b + \delta^2 \frac{n\, n_b}{n'},
       \quad \delta = \mu_b - \mu
 
+    Exponential moving statistics (``stats.decay`` :math:`= \beta`): the old
+    weight and sum of squares are discounted first, :math:`(n, M) \leftarrow
+    (\beta W, \beta M)`, then the same merge runs and :math:`W' = n'`. A batch
+    with no selected entry discounts nothing. Unrolled, the mean and variance
+    are the weighted mean and weighted population variance of every sample,
+    a sample merged :math:`k` updates ago weighing :math:`\beta^k`, normalised
+    by the total weight :math:`W = \sum \beta^k n_k` (plus the decayed prior):
+
+    .. math::
+      \mu_t = \frac{1}{W_t} \sum_{k \le t} \beta^{t-k} \sum_i x_{k,i}
+
+    Bias correction. A moving average started at 0,
+    :math:`m_t = \beta m_{t-1} + (1 - \beta) \mu_{b,t}`, is biased towards 0 by
+    the factor :math:`1 - \beta^t`; Adam divides it out. Dividing by the
+    tracked weight is that correction, built in: with a constant batch size
+    :math:`W_t = n_b (1 - \beta^t) / (1 - \beta)` and :math:`\mu_t = m_t /
+    (1 - \beta^t)` exactly (up to the prior's weight :math:`10^{-4} \beta^t`),
+    and it stays exact when masks make batch sizes vary. The effective number
+    of samples converges to :math:`n_b / (1 - \beta)`; the variance then
+    tracks the last :math:`\approx 1 / (1 - \beta)` updates.
+
     Args:
       stats: current statistics, of shape ``S``.
       batch: values of shape ``(*B, *S)``; the leading axes ``B`` are reduced.
@@ -164,6 +224,10 @@ def update(
 
     Returns:
       The merged statistics; unchanged when no entry is selected.
+
+    Raises:
+      ValueError: if the batch's trailing axes are not the statistics' shape,
+        or the mask's shape differs from the batch's.
 
     Example:
       >>> stats = update(init_stats(), jnp.array([1.0, 2.0, 3.0]))
@@ -182,13 +246,20 @@ def update(
         raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
     reduce = make_reduce(num_batch_axes, axis_name)
     batch_count, batch_mean, batch_var = formulas.batch_moments(jnp, batch, mask, reduce)
-    delta_mean, delta_m2, _ = formulas.chan_increments(
-        stats.count, stats.mean + stats.mean_low, batch_count, batch_mean, batch_var
+    count, m2, m2_low = stats.count, stats.m2, stats.m2_low
+    if stats.decay is not None:  # forget: the past keeps the weight decay * W
+        decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
+        count, m2, m2_low = decay * count, decay * m2, decay * m2_low
+    delta_mean, delta_m2, new_count = formulas.chan_increments(
+        count, stats.mean + stats.mean_low, batch_count, batch_mean, batch_var
     )
     mean, mean_low = _two_sum(stats.mean, stats.mean_low, delta_mean)
-    m2, m2_low = _two_sum(stats.m2, stats.m2_low, delta_m2)
+    m2, m2_low = _two_sum(m2, m2_low, delta_m2)
     count_hi, count_lo = _add_count(stats, reduce(mask.astype(jnp.uint32)))
-    return RunningStats(mean, mean_low, m2, m2_low, count_hi, count_lo)
+    return stats.replace(
+        mean=mean, mean_low=mean_low, m2=m2, m2_low=m2_low, count_hi=count_hi,
+        count_lo=count_lo, weight=None if stats.decay is None else new_count,
+    )
 
 
 def select(keep_new: jax.typing.ArrayLike, new: RunningStats, old: RunningStats) -> RunningStats:
