@@ -17,6 +17,14 @@ per update the variance drifts by percents. Here:
   every increment is added with an error-free two-sum, so rounding errors are
   carried instead of lost (about twice the working precision).
 
+Range. Every increment of :math:`M` is a sum of squares, so the variance is
+never negative, and the prior keeps it above 0. The variance must fit the
+dtype: float32 statistics hold values up to about :math:`10^{19}` in
+magnitude (and :math:`M` up to :math:`3.4 \times 10^{38}`). Past that,
+:math:`M` saturates at ``+inf`` (variance ``+inf``, so rewards normalize to
+0), the mean keeps its last representable value, and nothing becomes NaN;
+float64 statistics (x64) reach about :math:`10^{154}`.
+
 The variance is :math:`M / n` and the count as a float is
 :math:`n_{hi} 2^{32} + n_{lo} + 10^{-4}`; both are properties.
 
@@ -152,12 +160,16 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> Runnin
 
 
 def _two_sum(high, low, increment):
-    """Adds ``increment`` to the unevaluated sum ``high + low`` (Knuth's TwoSum)."""
+    """Adds ``increment`` to the unevaluated sum ``high + low`` (Knuth's TwoSum).
+
+    A sum that overflows keeps its infinity with a zero error term (the error
+    formula would give ``inf - inf = NaN``).
+    """
     addend = increment + low
     total = high + addend
     rounded = total - high
     error = (high - (total - rounded)) + (addend - rounded)
-    return total, error
+    return total, jnp.where(jnp.isfinite(total), error, 0.0)
 
 
 def _add_count(stats: RunningStats, batch_count: jax.Array):
@@ -253,9 +265,15 @@ def update(
     delta_mean, delta_m2, new_count = formulas.chan_increments(
         count, stats.mean + stats.mean_low, batch_count, batch_mean, batch_var
     )
+    # Finite returns whose moments exceed the dtype's range give infinite or
+    # NaN (inf - inf) increments: M saturates at +inf, the mean keeps its value
+    # if its own increment overflowed, and the statistics never become NaN.
+    mean_ok = jnp.isfinite(delta_mean)
+    delta_mean = jnp.where(mean_ok, delta_mean, 0.0)
+    delta_m2 = jnp.where(mean_ok & ~jnp.isnan(delta_m2), delta_m2, jnp.inf)
     mean, mean_low = _two_sum(stats.mean, stats.mean_low, delta_mean)
     m2, m2_low = _two_sum(m2, m2_low, delta_m2)
-    count_hi, count_lo = _add_count(stats, reduce(mask.astype(jnp.uint32)))
+    count_hi, count_lo = _add_count(stats, reduce(mask.astype(jnp.uint32)).astype(jnp.uint32))
     return stats.replace(
         mean=mean, mean_low=mean_low, m2=m2, m2_low=m2_low, count_hi=count_hi,
         count_lo=count_lo, weight=None if stats.decay is None else new_count,
