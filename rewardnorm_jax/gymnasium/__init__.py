@@ -1,0 +1,263 @@
+r"""Gymnasium adapter: drop-in reward wrappers over the library's one copy of the math.
+
+``rewardnorm_jax.gymnasium.NormalizeReward``, ``TransformReward`` and
+``ClipReward`` are :class:`gymnasium.Wrapper` subclasses with the constructor
+signatures, defaults, attributes and results of Gymnasium's own wrappers of
+the same names; :mod:`rewardnorm_jax.gymnasium.vector` holds the
+:class:`gymnasium.vector.VectorWrapper` versions. Swap the import and nothing
+else changes (except the bugs listed in each class's notes).
+
+The arithmetic is :mod:`rewardnorm_jax._src.formulas`, the code the JAX
+transforms jit, evaluated here on the host in float64 (Python floats for one
+environment, NumPy arrays for vector environments), as Gymnasium computes:
+no JAX dispatch per step and no need to enable JAX's x64 mode.
+
+Only this subpackage imports Gymnasium; the top-level package exports none of it.
+"""
+
+import functools
+import math
+from typing import Any, Callable, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from rewardnorm_jax._src import formulas
+from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax.gymnasium import _namespaces as ns
+from rewardnorm_jax.gymnasium._stats import RunningMeanStd
+from rewardnorm_jax.gymnasium._validation import check_clip_bounds, check_gamma_epsilon
+
+__all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward", "vector"]
+
+_SEMANTICS = sem_lib.GYMNASIUM
+
+
+class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    r"""Scales rewards so that their discounted return has approximately unit variance.
+
+    Each step the wrapper updates the discounted return
+    :math:`G \leftarrow \gamma\, G\, (1 - \text{terminated}) + r` (starting at 0),
+    merges :math:`G` into the running statistics ``return_rms`` and returns
+    :math:`r / \sqrt{\sigma^2_G + \epsilon}` with the updated variance. The mean
+    is not subtracted (reward *scaling*, Engstrom et al.), ``truncated`` is
+    ignored and ``reset()`` does not clear :math:`G`, exactly as Gymnasium's
+    :class:`gymnasium.wrappers.NormalizeReward`, whose results this wrapper
+    reproduces to float64 rounding.
+
+    The property ``update_running_mean`` freezes (``False``) or continues
+    (``True``, default) the statistics; rewards are still scaled and the return
+    keeps accumulating while frozen, e.g. during evaluation.
+
+    A vector version of the wrapper exists:
+    :class:`rewardnorm_jax.gymnasium.vector.NormalizeReward`.
+
+    Note:
+        The statistics are a :class:`RunningMeanStd` with Gymnasium's
+        interface (``mean``, ``var``, ``count``, ``update``). Save them with
+        ``env.return_rms.get_state()`` and restore them with
+        ``env.return_rms.set_state(state)`` (bit-exact), pickle them, or move
+        them to the JAX core with ``env.return_rms.to_running_stats()``. A
+        Gymnasium ``RunningMeanStd`` assigned to ``env.return_rms`` works too.
+
+    Note:
+        A NaN or infinite reward is passed through unchanged but never enters
+        the return or the statistics (Gymnasium's wrapper would turn every
+        later reward into NaN). An invalid ``gamma`` or ``epsilon`` raises
+        :class:`gymnasium.error.InvalidBound`, as Gymnasium 1.4.0 does
+        (1.3.0 accepted them silently).
+
+    Note:
+        The scaling depends on past trajectories: rewards are not scaled well
+        right after the wrapper is created or the policy changes. The first
+        scaled reward is large (about 70.7 for a reward of 1), since the
+        variance of a single return is tiny.
+
+    The examples are Gymnasium's; Gymnasium's wrapper ends the second with
+    ``np.float64(0.010162116476634746)``, which this one matches to float64
+    rounding (the statistics keep ``m2`` and an integer count instead of
+    ``var`` and a float count, so the last bit may differ).
+
+    Example without the normalize reward wrapper:
+        >>> import numpy as np
+        >>> import gymnasium as gym
+        >>> env = gym.make("MountainCarContinuous-v0")
+        >>> _ = env.reset(seed=123)
+        >>> _ = env.action_space.seed(123)
+        >>> episode_rewards = []
+        >>> terminated, truncated = False, False
+        >>> while not (terminated or truncated):
+        ...     observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        ...     episode_rewards.append(reward)
+        ...
+        >>> env.close()
+        >>> np.var(episode_rewards)
+        np.float64(0.0008876301247721108)
+
+    Example with the normalize reward wrapper:
+        >>> import numpy as np
+        >>> import gymnasium as gym
+        >>> from rewardnorm_jax.gymnasium import NormalizeReward
+        >>> env = gym.make("MountainCarContinuous-v0")
+        >>> env = NormalizeReward(env, gamma=0.99, epsilon=1e-8)
+        >>> _ = env.reset(seed=123)
+        >>> _ = env.action_space.seed(123)
+        >>> episode_rewards = []
+        >>> terminated, truncated = False, False
+        >>> while not (terminated or truncated):
+        ...     observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        ...     episode_rewards.append(reward)
+        ...
+        >>> env.close()
+        >>> np.var(episode_rewards)  # doctest: +ELLIPSIS
+        np.float64(0.01016211647663474...)
+
+    Change logs:
+     * v0.1.0 - Initially added, matching Gymnasium 1.4.0's ``NormalizeReward``
+       (``InvalidBound`` checks); statistics as a :class:`RunningMeanStd` with
+       ``get_state`` / ``set_state`` and conversion to the JAX core; non-finite
+       rewards kept out of the statistics.
+    """
+
+    def __init__(self, env: gym.Env, gamma: float = 0.99, epsilon: float = 1e-8):
+        """Wraps ``env`` so that its rewards are scaled by the running std of the return.
+
+        Args:
+            env: The environment to apply the wrapper.
+            gamma: The discount factor of the tracked return, in [0, 1].
+            epsilon: A stability parameter added to the variance, > 0.
+
+        Raises:
+            InvalidBound: If ``gamma`` is outside [0, 1] or ``epsilon`` is not
+                strictly positive and finite.
+        """
+        check_gamma_epsilon(gamma, epsilon)
+        gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
+        gym.Wrapper.__init__(self, env)
+
+        self.return_rms = RunningMeanStd()
+        self.gamma = gamma
+        self.epsilon = epsilon
+        self._update_running_mean = True
+        self._return = 0.0
+
+    @property
+    def update_running_mean(self) -> bool:
+        """Property to freeze/continue the running mean calculation of the reward statistics."""
+        return self._update_running_mean
+
+    @update_running_mean.setter
+    def update_running_mean(self, setting: bool):
+        """Sets the property to freeze/continue the running mean calculation of the reward statistics."""
+        self._update_running_mean = setting
+
+    @property
+    def discounted_reward(self) -> np.ndarray:
+        """The tracked discounted return, as Gymnasium's float64 array of shape ``(1,)``."""
+        return np.array([self._return])
+
+    @discounted_reward.setter
+    def discounted_reward(self, value):
+        self._return = float(np.asarray(value, np.float64).item())
+
+    def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Steps through the environment, normalizing the reward returned."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        r = float(reward)
+        valid = math.isfinite(r)
+        ret = self._return = formulas.discounted_return(
+            ns.scalar, self._return, r, self.gamma,
+            _SEMANTICS.flag("reset_before", terminated, truncated), valid, True,
+        )
+        if valid and self._update_running_mean:
+            _, batch_mean, batch_var = formulas.batch_moments(ns.scalar, ret, True, ns.identity)
+            self.return_rms.update_from_moments(batch_mean, batch_var, 1)
+        scaled = formulas.scale_by_std(
+            ns.scalar, r, self.return_rms.var, self.epsilon, None, not valid
+        )
+        return obs, np.float64(scaled), terminated, truncated, info
+
+
+class TransformReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):
+    """Applies a function to the ``reward`` received from the environment's ``step``.
+
+    Same as :class:`gymnasium.wrappers.TransformReward`. A vector version
+    exists: :class:`rewardnorm_jax.gymnasium.vector.TransformReward`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from rewardnorm_jax.gymnasium import TransformReward
+        >>> env = gym.make("CartPole-v1")
+        >>> env = TransformReward(env, lambda r: 2 * r + 1)
+        >>> _ = env.reset()
+        >>> _, rew, _, _, _ = env.step(0)
+        >>> rew
+        3.0
+
+    Change logs:
+     * v0.1.0 - Initially added; a non-callable ``func`` raises ``ValueError``.
+    """
+
+    def __init__(self, env: gym.Env, func: Callable[[SupportsFloat], SupportsFloat]):
+        """Initialize the TransformReward wrapper.
+
+        Args:
+            env: The environment to wrap.
+            func: The function to apply to each reward.
+
+        Raises:
+            ValueError: If ``func`` is not callable.
+        """
+        if not callable(func):
+            raise ValueError(f"func should be callable, got {func!r}.")
+        gym.utils.RecordConstructorArgs.__init__(self, func=func)
+        gym.RewardWrapper.__init__(self, env)
+        self.func = func
+
+    def reward(self, reward: SupportsFloat) -> SupportsFloat:
+        """Applies ``func`` to the reward."""
+        return self.func(reward)
+
+
+class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
+    """Clips the rewards of an environment between a lower and an upper bound.
+
+    Same as :class:`gymnasium.wrappers.ClipReward` (``numpy.clip``, either
+    bound may be ``None``). A vector version exists:
+    :class:`rewardnorm_jax.gymnasium.vector.ClipReward`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from rewardnorm_jax.gymnasium import ClipReward
+        >>> env = gym.make("CartPole-v1")
+        >>> env = ClipReward(env, 0, 0.5)
+        >>> _ = env.reset()
+        >>> _, rew, _, _, _ = env.step(1)
+        >>> rew
+        np.float64(0.5)
+
+    Change logs:
+     * v0.1.0 - Initially added.
+    """
+
+    def __init__(self, env: gym.Env, min_reward=None, max_reward=None):
+        """Initialize the ClipReward wrapper.
+
+        Args:
+            env: The environment to wrap.
+            min_reward: The lower bound (a number, an array or ``None``).
+            max_reward: The upper bound (a number, an array or ``None``).
+
+        Raises:
+            InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
+        """
+        check_clip_bounds(min_reward, max_reward)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, min_reward=min_reward, max_reward=max_reward
+        )
+        TransformReward.__init__(
+            self, env, functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
+        )
+
+
+from rewardnorm_jax.gymnasium import vector  # noqa: E402  (the vector twins)

@@ -1,0 +1,35 @@
+"""Constructor checks shared by the single-env and vector Gymnasium wrappers.
+
+They raise :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's
+messages (Gymnasium 1.3.0 accepted these values silently).
+"""
+
+import math
+
+import numpy as np
+from gymnasium.error import InvalidBound
+
+
+def check_gamma_epsilon(gamma, epsilon) -> None:
+    """Raises :class:`~gymnasium.error.InvalidBound` unless 0 <= gamma <= 1 and epsilon > 0."""
+    # The return is multiplied by gamma every step: above 1 it diverges (gamma=99,
+    # a typo for 0.99, overflows to inf), below 0 it flips sign every step.
+    if not 0 <= gamma <= 1:
+        raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {gamma}")
+    # epsilon is added to the variance under the square root to keep the division
+    # away from zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
+    if not epsilon > 0:
+        raise InvalidBound(f"`epsilon` should be strictly positive. Received {epsilon}")
+    if not math.isfinite(epsilon):
+        raise InvalidBound(f"`epsilon` should be strictly positive and finite. Received {epsilon}")
+
+
+def check_clip_bounds(min_reward, max_reward) -> None:
+    """Gymnasium's ``ClipReward`` checks: at least one bound, and min <= max."""
+    if min_reward is None and max_reward is None:
+        raise InvalidBound("Both `min_reward` and `max_reward` cannot be None")
+    if max_reward is not None and min_reward is not None:
+        if np.any(np.asarray(max_reward) - np.asarray(min_reward) < 0):
+            raise InvalidBound(
+                f"Min reward ({min_reward}) must be smaller than max reward ({max_reward})"
+            )

@@ -1,0 +1,280 @@
+r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrapper` subclasses.
+
+``rewardnorm_jax.gymnasium.vector.NormalizeReward``, ``TransformReward`` and
+``ClipReward`` replace ``gymnasium.wrappers.vector``'s classes of the same
+names. The arithmetic is :mod:`rewardnorm_jax._src.formulas` on NumPy arrays.
+"""
+
+import functools
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, VectorWrapper
+
+from rewardnorm_jax._src import formulas
+from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax.gymnasium import _namespaces as ns
+from rewardnorm_jax.gymnasium._stats import RunningMeanStd
+from rewardnorm_jax.gymnasium._validation import check_clip_bounds, check_gamma_epsilon
+
+__all__ = ["ClipReward", "NormalizeReward", "TransformReward"]
+
+
+class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
+    r"""Scales rewards so that the discounted returns have approximately unit variance.
+
+    One set of running statistics (``return_rms``) is shared by all
+    sub-environments; each keeps its discounted return in
+    ``accumulated_reward`` (float32, as Gymnasium). Each step, with the
+    autoreset mode read from ``env.metadata["autoreset_mode"]`` (NEXT_STEP if
+    absent):
+
+    .. math::
+      a_i &= \begin{cases} 1 & \text{SAME\_STEP} \\
+             \lnot\,\text{done}^{t-1}_i & \text{NEXT\_STEP, DISABLED} \end{cases} \\
+      G_i &\leftarrow \gamma\, G_i\, (1 - \text{terminated}_i) + r_i
+             \quad \text{for every } i \text{ with } a_i \\
+      (\mu, \sigma^2, n) &\leftarrow \operatorname{merge}\big((\mu, \sigma^2, n),
+             \{G_i : a_i\}\big) \\
+      G_i &\leftarrow 0 \quad \text{where done}_i \text{ (SAME\_STEP only)} \\
+      \tilde r_i &= r_i / \sqrt{\sigma^2 + \epsilon}
+
+    so the reset-only steps of NEXT_STEP (and the first step after a manual
+    reset under DISABLED) never enter the return or the statistics, while
+    under SAME_STEP every step is a real one and a new episode starts from
+    zero. This is Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward`;
+    for NEXT_STEP and DISABLED it equals 1.3.0's to float64 rounding.
+
+    The property ``update_running_mean`` freezes (``False``) or continues
+    (``True``, default) the statistics; rewards are still scaled and the
+    returns keep accumulating while frozen.
+
+    Note:
+        ``reset()`` zeroes every return; ``reset(options={"reset_mask": m})``
+        zeroes only the returns of the environments it resets (Gymnasium 1.3.0
+        and 1.4.0 zero them all, a known bug).
+
+    Note:
+        The statistics are a :class:`~rewardnorm_jax.gymnasium.RunningMeanStd`
+        with Gymnasium's interface; save and restore them with
+        ``envs.return_rms.get_state()`` / ``set_state(state)`` (bit-exact),
+        pickle them, or convert them with ``to_running_stats()`` for the JAX
+        core. NaN or infinite rewards are passed through unchanged but kept
+        out of the returns and the statistics. An invalid ``gamma`` or
+        ``epsilon`` raises :class:`gymnasium.error.InvalidBound` (Gymnasium 1.4.0).
+
+    Note:
+        The scaling depends on past trajectories: rewards are not scaled well
+        right after the wrapper is created or the policy changes.
+
+    Example without the normalize reward wrapper:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> envs = gym.make_vec("MountainCarContinuous-v0", 3)
+        >>> _ = envs.reset(seed=123)
+        >>> _ = envs.action_space.seed(123)
+        >>> episode_rewards = []
+        >>> for _ in range(100):
+        ...     observation, reward, *_ = envs.step(envs.action_space.sample())
+        ...     episode_rewards.append(reward)
+        ...
+        >>> envs.close()
+        >>> np.mean(episode_rewards)
+        np.float64(-0.03359492141887935)
+        >>> np.std(episode_rewards)
+        np.float64(0.029028230434438706)
+
+    Example with the normalize reward wrapper:
+        >>> import gymnasium as gym
+        >>> import numpy as np
+        >>> from rewardnorm_jax.gymnasium.vector import NormalizeReward
+        >>> envs = gym.make_vec("MountainCarContinuous-v0", 3)
+        >>> envs = NormalizeReward(envs)
+        >>> _ = envs.reset(seed=123)
+        >>> _ = envs.action_space.seed(123)
+        >>> episode_rewards = []
+        >>> for _ in range(100):
+        ...     observation, reward, *_ = envs.step(envs.action_space.sample())
+        ...     episode_rewards.append(reward)
+        ...
+        >>> envs.close()
+        >>> np.mean(episode_rewards)
+        np.float64(-0.1598639409552856)
+        >>> np.std(episode_rewards)
+        np.float64(0.2780030923586878)
+
+    Change logs:
+     * v0.1.0 - Initially added, matching Gymnasium 1.4.0 (SAME_STEP autoreset,
+       ``InvalidBound`` checks); partial resets zero only the reset
+       environments' returns; non-finite rewards kept out of the statistics.
+    """
+
+    def __init__(self, env: VectorEnv, gamma: float = 0.99, epsilon: float = 1e-8):
+        """Wraps ``env`` so that its rewards are scaled by the running std of the returns.
+
+        Args:
+            env: The vector environment to apply the wrapper.
+            gamma: The discount factor of the tracked returns, in [0, 1].
+            epsilon: A stability parameter added to the variance, > 0.
+
+        Raises:
+            InvalidBound: If ``gamma`` is outside [0, 1] or ``epsilon`` is not
+                strictly positive and finite.
+        """
+        check_gamma_epsilon(gamma, epsilon)
+        gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
+        VectorWrapper.__init__(self, env)
+
+        self.return_rms = RunningMeanStd()
+        self.accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
+        self.gamma = gamma
+        self.epsilon = epsilon
+        self._update_running_mean = True
+        self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
+        mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self._same_step = mode == AutoresetMode.SAME_STEP
+        self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
+
+    @property
+    def update_running_mean(self) -> bool:
+        """Property to freeze/continue the running mean calculation of the reward statistics."""
+        return self._update_running_mean
+
+    @update_running_mean.setter
+    def update_running_mean(self, setting: bool):
+        """Sets the property to freeze/continue the running mean calculation of the reward statistics."""
+        self._update_running_mean = setting
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Resets the environments and zeroes the returns of those reset."""
+        # Gymnasium's vector envs pop "reset_mask" from the options: read it first.
+        reset_mask = None if options is None else options.get("reset_mask")
+        result = self.env.reset(seed=seed, options=options)
+        selected = slice(None) if reset_mask is None else np.asarray(reset_mask, dtype=bool)
+        self.accumulated_reward[selected] = 0.0
+        self._prev_dones[selected] = False
+        return result
+
+    def step(self, actions) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Steps through the environments, normalizing the rewards returned."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        reward = np.asarray(reward, dtype=np.float64)
+        finite = np.isfinite(reward)
+        if self._same_step:
+            active, valid = True, finite
+        else:
+            active = ~self._prev_dones
+            valid = active & finite
+        semantics, ret = self._semantics, self.accumulated_reward
+        ret[...] = formulas.discounted_return(
+            ns.numpy, ret, reward, self.gamma,
+            semantics.flag("reset_before", terminated, truncated), valid, active,
+        )
+        if self._update_running_mean:
+            # The moments of the selected returns alone, in float32, sum in
+            # NumPy's pairwise order: Gymnasium's np.mean / np.var of acc[active].
+            batch = ret[valid]
+            if batch.size:
+                _, batch_mean, batch_var = formulas.batch_moments(
+                    ns.numpy, batch, True, ns.sum_all
+                )
+                self.return_rms.update_from_moments(batch_mean, batch_var, batch.size)
+        if semantics.reset_after != "never":
+            ret[semantics.flag("reset_after", terminated, truncated)] = 0.0
+        self._prev_dones = np.logical_or(terminated, truncated)
+        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no
+        # pass-through select is needed.
+        scaled = formulas.scale_by_std(
+            ns.numpy, reward, float(self.return_rms.var), self.epsilon, None, False
+        )
+        return obs, scaled, terminated, truncated, info
+
+
+class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
+    """Applies a function to the rewards of a vector environment (the whole array at once).
+
+    Same as :class:`gymnasium.wrappers.vector.TransformReward`.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from rewardnorm_jax.gymnasium.vector import TransformReward
+        >>> envs = gym.make_vec("CartPole-v1", num_envs=3)
+        >>> envs = TransformReward(envs, lambda r: 2 * r + 1)
+        >>> _ = envs.reset(seed=123)
+        >>> _, rew, _, _, _ = envs.step(envs.action_space.sample())
+        >>> rew.tolist()
+        [3.0, 3.0, 3.0]
+        >>> envs.close()
+
+    Change logs:
+     * v0.1.0 - Initially added; a non-callable ``func`` raises ``ValueError``.
+    """
+
+    def __init__(self, env: VectorEnv, func: Callable[[np.ndarray], np.ndarray]):
+        """Initialize the TransformReward wrapper.
+
+        Args:
+            env: The vector environment to wrap.
+            func: The function to apply to the array of rewards.
+
+        Raises:
+            ValueError: If ``func`` is not callable.
+        """
+        if not callable(func):
+            raise ValueError(f"func should be callable, got {func!r}.")
+        gym.utils.RecordConstructorArgs.__init__(self, func=func)
+        VectorRewardWrapper.__init__(self, env)
+        self.func = func
+
+    def rewards(self, reward: np.ndarray) -> np.ndarray:
+        """Applies ``func`` to the rewards."""
+        return self.func(reward)
+
+
+class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
+    """Clips the rewards of a vector environment between a lower and an upper bound.
+
+    The values of :class:`gymnasium.wrappers.vector.ClipReward`, computed with
+    one ``numpy.clip`` over the whole array (Gymnasium clips environment by
+    environment in a Python loop, overwriting the inner environment's array).
+
+    Example:
+        >>> import numpy as np
+        >>> import gymnasium as gym
+        >>> from rewardnorm_jax.gymnasium.vector import ClipReward
+        >>> envs = gym.make_vec("MountainCarContinuous-v0", num_envs=3)
+        >>> envs = ClipReward(envs, 0.0, 2.0)
+        >>> _ = envs.action_space.seed(123)
+        >>> obs, info = envs.reset(seed=123)
+        >>> for _ in range(10):
+        ...     obs, rew, term, trunc, info = envs.step(0.5 * np.ones((3, 1)))
+        ...
+        >>> envs.close()
+        >>> rew
+        array([0., 0., 0.])
+
+    Change logs:
+     * v0.1.0 - Initially added; the environment's reward array is not modified.
+    """
+
+    def __init__(self, env: VectorEnv, min_reward=None, max_reward=None):
+        """Initialize the ClipReward wrapper.
+
+        Args:
+            env: The vector environment to wrap.
+            min_reward: The lower bound (a number, an array or ``None``).
+            max_reward: The upper bound (a number, an array or ``None``).
+
+        Raises:
+            InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
+        """
+        check_clip_bounds(min_reward, max_reward)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, min_reward=min_reward, max_reward=max_reward
+        )
+        TransformReward.__init__(
+            self, env, functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
+        )

@@ -1,0 +1,307 @@
+"""Single-environment Gymnasium adapter: rewardnorm_jax.gymnasium against Gymnasium's wrappers.
+
+Gymnasium 1.3.0 is installed; its single-env wrappers are the reference (1.4.0
+changed only the constructor checks there, tested here from their messages).
+"""
+
+import copy
+import importlib.util
+import math
+import os
+import pickle
+
+import gymnasium as gym
+import jax
+import numpy as np
+import pytest
+from gymnasium import wrappers as gym_wrappers
+from gymnasium.error import InvalidBound
+from gymnasium.wrappers.utils import RunningMeanStd as GymRunningMeanStd
+
+import rewardnorm_jax as rn
+from rewardnorm_jax.gymnasium import ClipReward, NormalizeReward, RunningMeanStd, TransformReward
+
+RTOL = 1e-12  # agreement with Gymnasium: float64 rounding (the golden tolerance)
+
+
+class ScriptedEnv(gym.Env):
+    """Plays a fixed list of (reward, terminated, truncated); reset does not rewind."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        reward, terminated, truncated = self.script[self.t]
+        self.t += 1
+        return np.zeros(1, np.float32), reward, terminated, truncated, {}
+
+
+def run_side_by_side(env_id, steps, seed, freeze=(), **kwargs):
+    """Steps Gymnasium's wrapper and ours on identically seeded envs and actions."""
+    theirs = gym_wrappers.NormalizeReward(gym.make(env_id), **kwargs)
+    ours = NormalizeReward(gym.make(env_id), **kwargs)
+    results = {"theirs": [], "ours": []}
+    for name, env in (("theirs", theirs), ("ours", ours)):
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        for t in range(steps):
+            env.update_running_mean = t not in freeze
+            obs, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            results[name].append((obs, reward, terminated, truncated, env.discounted_reward[0]))
+            if terminated or truncated:
+                env.reset()
+    return results, theirs, ours
+
+
+def test_golden_mountain_car_continuous():
+    for wrap, golden in ((False, 0.0008876301247721108), (True, 0.010162116476634746)):
+        env = gym.make("MountainCarContinuous-v0")
+        if wrap:
+            env = NormalizeReward(env, gamma=0.99, epsilon=1e-8)
+        env.reset(seed=123)
+        env.action_space.seed(123)
+        rewards, terminated, truncated = [], False, False
+        while not (terminated or truncated):
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            rewards.append(reward)
+        assert len(rewards) == 999
+        np.testing.assert_allclose(np.var(rewards), golden, rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize(
+    "env_id, steps, kwargs",
+    [
+        ("CartPole-v1", 1500, {}),  # many terminations: the return restarts from r
+        ("MountainCarContinuous-v0", 2100, {"gamma": 0.9, "epsilon": 1e-4}),  # truncations
+    ],
+)
+def test_side_by_side_with_gymnasium(env_id, steps, kwargs):
+    freeze = set(range(300, 420))  # frozen statistics for a while, the return still runs
+    results, theirs, ours = run_side_by_side(env_id, steps, seed=7, freeze=freeze, **kwargs)
+    for (o1, r1, te1, tr1, g1), (o2, r2, te2, tr2, g2) in zip(results["theirs"], results["ours"]):
+        np.testing.assert_array_equal(o1, o2)
+        assert (te1, tr1) == (te2, tr2)
+        assert g1 == g2  # the return recurrence is bit-identical
+        assert type(r2) is type(r1) is np.float64
+        np.testing.assert_allclose(r2, r1, rtol=RTOL, atol=0)
+    assert any(step[2] or step[3] for step in results["theirs"])
+    assert ours.return_rms.samples == steps - len(freeze)
+    np.testing.assert_allclose(ours.return_rms.count, theirs.return_rms.count, rtol=1e-15)
+    np.testing.assert_allclose(ours.return_rms.mean, theirs.return_rms.mean, rtol=RTOL)
+    np.testing.assert_allclose(ours.return_rms.var, theirs.return_rms.var, rtol=RTOL)
+
+
+def test_bit_identical_to_gymnasium_with_its_own_statistics_object():
+    """With Gymnasium's RunningMeanStd swapped in, only the shared formulas differ: none."""
+    theirs = gym_wrappers.NormalizeReward(gym.make("CartPole-v1"))
+    ours = NormalizeReward(gym.make("CartPole-v1"))
+    ours.return_rms = GymRunningMeanStd(shape=())
+    outputs = {}
+    for env in (theirs, ours):
+        env.reset(seed=3)
+        env.action_space.seed(3)
+        outputs[env] = []
+        for _ in range(600):
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            outputs[env].append(reward)
+            if terminated or truncated:
+                env.reset()
+    np.testing.assert_array_equal(outputs[ours], outputs[theirs])
+
+
+def test_tracked_return_follows_semantics_example():
+    # gamma = 0.5, rewards 1, 2, 3 per episode, terminating on the 3rd.
+    script = [(1.0, False, False), (2.0, False, False), (3.0, True, False)] * 2
+    env = NormalizeReward(ScriptedEnv(script), gamma=0.5)
+    env.reset()
+    tracked = []
+    for t in range(6):
+        env.step(0)
+        tracked.append(float(env.discounted_reward[0]))
+        if t == 2:
+            env.reset()  # does not clear the return
+    assert tracked == [1.0, 2.5, 3.0, 2.5, 3.25, 3.0]
+
+
+def test_first_step_closed_form_and_truncation_ignored():
+    env = NormalizeReward(ScriptedEnv([(1.0, False, True), (1.0, False, False)]))
+    env.reset()
+    _, reward, *_ = env.step(0)
+    assert env.return_rms.mean == 1 / 1.0001
+    np.testing.assert_allclose(env.return_rms.var, 1e-4 * (1 + 1 / 1.0001) / 1.0001, rtol=1e-15)
+    assert round(float(reward), 1) == 70.7
+    env.step(0)
+    assert env.discounted_reward[0] == 1.0 * 0.99 + 1.0  # truncated did not reset it
+
+
+def test_non_finite_reward_passes_through_and_leaves_statistics_alone():
+    rewards = [0.5, -1.0, 2.0, 0.25, 1.5]
+    with_nan = NormalizeReward(ScriptedEnv([(r, False, False) for r in rewards[:2]] + [
+        (math.nan, False, False), (math.inf, False, False)] + [
+        (r, False, False) for r in rewards[2:]]))
+    without = NormalizeReward(ScriptedEnv([(r, False, False) for r in rewards]))
+    with_nan.reset()
+    without.reset()
+    out_nan = [with_nan.step(0)[1] for _ in range(len(rewards) + 2)]
+    out = [without.step(0)[1] for _ in rewards]
+    assert math.isnan(out_nan[2]) and out_nan[3] == math.inf
+    np.testing.assert_array_equal(out_nan[:2] + out_nan[4:], out)
+    assert with_nan.return_rms.get_state() == without.return_rms.get_state()
+
+
+@pytest.mark.parametrize("gamma", [-1.0, -0.01, 1.01, 2.0, 99, math.nan])
+def test_gamma_outside_unit_interval_is_rejected(gamma):
+    with pytest.raises(InvalidBound, match="`gamma` should be in the interval"):
+        NormalizeReward(ScriptedEnv([]), gamma=gamma)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, -1e-8, -1.0, math.nan, math.inf])
+def test_non_positive_epsilon_is_rejected(epsilon):
+    with pytest.raises(InvalidBound, match="`epsilon` should be strictly positive"):
+        NormalizeReward(ScriptedEnv([]), epsilon=epsilon)
+
+
+@pytest.mark.parametrize("gamma", [0, 0.0, 0.5, 0.99, 1.0])
+def test_gamma_inside_unit_interval_is_accepted(gamma):
+    assert NormalizeReward(ScriptedEnv([]), gamma=gamma).gamma == gamma
+
+
+def test_wrapper_interface_matches_gymnasium():
+    base = gym.make("CartPole-v1")
+    env = NormalizeReward(base, gamma=0.95, epsilon=1e-6)
+    assert isinstance(env, gym.Wrapper)
+    assert env.env is base and env.unwrapped is base.unwrapped
+    assert (env.gamma, env.epsilon) == (0.95, 1e-6)
+    assert env.update_running_mean is True
+    env.update_running_mean = False
+    assert env.update_running_mean is False
+    assert env._saved_kwargs == {"gamma": 0.95, "epsilon": 1e-6}
+    np.testing.assert_array_equal(env.discounted_reward, np.array([0.0]))
+    # The spec rebuilds the wrapper stack, ours included.
+    rebuilt = gym.make(env.spec)
+    assert isinstance(rebuilt, NormalizeReward) and rebuilt.gamma == 0.95
+
+
+def test_statistics_state_round_trips_bit_exactly():
+    env = NormalizeReward(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(200):
+        if any(env.step(env.action_space.sample())[2:4]):
+            env.reset()
+    state = env.return_rms.get_state()
+    assert set(state) == {"mean", "m2", "samples"} and state["samples"] == 200
+
+    restored = NormalizeReward(gym.make("CartPole-v1"))
+    restored.return_rms.set_state(state)
+    for other in (restored.return_rms, pickle.loads(pickle.dumps(env.return_rms)),
+                  copy.deepcopy(env.return_rms), RunningMeanStd.from_state(state)):
+        assert other.get_state() == state
+        assert (other.mean, other.var, other.count) == (
+            env.return_rms.mean, env.return_rms.var, env.return_rms.count)
+    with pytest.raises(ValueError, match="samples"):
+        RunningMeanStd.from_state({**state, "samples": -1})
+    with pytest.raises(ValueError, match="missing"):
+        RunningMeanStd.from_state({"mean": 0.0})
+
+
+def test_conversion_to_and_from_the_jax_core():
+    rng = np.random.default_rng(0)
+    rms = RunningMeanStd()
+    for size in (1, 5, 3):
+        rms.update(rng.normal(3.0, 2.0, size))
+    with jax.enable_x64(True):
+        stats = rms.to_running_stats(np.float64)
+        assert stats.mean.dtype == np.float64
+        assert int(rn.count_as_int(stats)) == rms.samples == 9
+        assert RunningMeanStd.from_running_stats(stats).get_state() == rms.get_state()
+        # Continuing in the core or on the host gives the same statistics.
+        batch = rng.normal(3.0, 2.0, 4)
+        core = RunningMeanStd.from_running_stats(jax.jit(rn.update_stats)(stats, batch))
+        rms.update(batch)
+        assert core.samples == rms.samples
+        np.testing.assert_allclose(core.mean, rms.mean, rtol=1e-14)
+        np.testing.assert_allclose(core.var, rms.var, rtol=1e-14)
+    stats32 = rms.to_running_stats(np.float32)
+    assert stats32.mean.dtype == np.float32
+    back = RunningMeanStd.from_running_stats(stats32)
+    np.testing.assert_allclose(back.mean, rms.mean, rtol=1e-13)
+    np.testing.assert_allclose(back.m2, rms.m2, rtol=1e-13)
+    # Core float32 statistics -> host -> core is exact, low words included.
+    core32 = jax.jit(rn.update_stats)(rn.init_stats((), np.float32), np.float32([0.1, 0.7, 1.3]))
+    again = RunningMeanStd.from_running_stats(core32).to_running_stats(np.float32)
+    for name in ("mean", "mean_low", "m2", "m2_low", "count_hi", "count_lo"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(core32, name))
+    with pytest.raises(ValueError, match="shape"):
+        RunningMeanStd.from_running_stats(rn.init_stats((2,), np.float32))
+
+
+def test_running_mean_std_matches_gymnasiums():
+    rng = np.random.default_rng(1)
+    ours, theirs = RunningMeanStd(), GymRunningMeanStd(shape=())
+    for size, dtype in ((1, np.float64), (7, np.float64), (16, np.float32), (3, np.float32)):
+        batch = rng.normal(-2.0, 5.0, size).astype(dtype)
+        ours.update(batch)
+        theirs.update(batch)
+        np.testing.assert_allclose(ours.mean, theirs.mean, rtol=RTOL)
+        np.testing.assert_allclose(ours.var, theirs.var, rtol=RTOL)
+        np.testing.assert_allclose(ours.count, theirs.count, rtol=1e-15)
+    with pytest.raises(ValueError, match="1-D"):
+        ours.update(np.zeros((2, 2)))
+
+
+def test_transform_and_clip_reward_match_gymnasium():
+    pairs = [
+        (gym_wrappers.TransformReward, TransformReward, "CartPole-v1", {"func": lambda r: 2 * r + 1}),
+        (gym_wrappers.ClipReward, ClipReward, "MountainCarContinuous-v0",
+         {"min_reward": -0.05, "max_reward": 0.0}),
+        (gym_wrappers.ClipReward, ClipReward, "MountainCarContinuous-v0", {"max_reward": -0.01}),
+    ]
+    for theirs_cls, ours_cls, env_id, kwargs in pairs:
+        outputs = []
+        for cls in (theirs_cls, ours_cls):
+            env = cls(gym.make(env_id), **kwargs)
+            env.reset(seed=5)
+            env.action_space.seed(5)
+            rewards = []
+            for _ in range(300):
+                _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+                rewards.append(reward)
+                if terminated or truncated:
+                    env.reset()
+            outputs.append(rewards)
+        assert [type(r) for r in outputs[1]] == [type(r) for r in outputs[0]]
+        np.testing.assert_array_equal(outputs[1], outputs[0])
+    clip = ClipReward(gym.make("CartPole-v1"), 0.0, 0.5)
+    assert clip._saved_kwargs == {"min_reward": 0.0, "max_reward": 0.5}
+    assert isinstance(clip, gym.RewardWrapper)
+
+
+def test_transform_and_clip_reward_errors():
+    with pytest.raises(InvalidBound, match="Both `min_reward` and `max_reward` cannot be None"):
+        ClipReward(ScriptedEnv([]))
+    with pytest.raises(InvalidBound, match=r"Min reward \(1.0\) must be smaller than max reward"):
+        ClipReward(ScriptedEnv([]), 1.0, 0.5)
+    with pytest.raises(ValueError, match="func should be callable"):
+        TransformReward(ScriptedEnv([]), 3.0)
+
+
+def test_benchmark_script_runs_with_tiny_sizes(capsys):
+    """Smoke test of benchmarks/gymnasium_overhead.py (no timing asserted)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gymnasium_overhead.py")
+    spec = importlib.util.spec_from_file_location("gymnasium_overhead", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--steps", "3", "--repeats", "1", "--num-envs", "1", "16", "--markdown"])
+    out = capsys.readouterr().out
+    assert "| rewardnorm_jax.gymnasium.NormalizeReward |" in out
+    assert "| num_envs | bare env | Gymnasium added | ours added |" in out
+    assert out.count("\n| 16 |") == 1
