@@ -11,6 +11,14 @@ Adapters: ``rewardnorm_jax.gymnax`` and ``rewardnorm_jax.gymnasium``.
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
+from rewardnorm_jax._src.percentile import (
+    PercentileScaleRewardState,
+    PercentileState,
+    init_percentiles,
+    percentile_scale,
+    percentile_scale_reward,
+    update_percentiles,
+)
 from rewardnorm_jax._src.running_stats import (
     PRIOR_COUNT,
     RunningStats,
@@ -40,14 +48,19 @@ __all__ = [
     "EmptyState",
     "NormalizeRewardState",
     "PRIOR_COUNT",
+    "PercentileScaleRewardState",
+    "PercentileState",
     "RewardTransform",
     "RunningStats",
     "Semantics",
     "chain",
     "clip_reward",
     "count_as_int",
+    "init_percentiles",
     "init_stats",
     "normalize_reward",
+    "percentile_scale",
+    "percentile_scale_reward",
     "scale_reward",
     "signed_hyperbolic",
     "signed_hyperbolic_reward",
@@ -56,5 +69,6 @@ __all__ = [
     "symlog",
     "symlog_reward",
     "transform_reward",
+    "update_percentiles",
     "update_stats",
 ]

@@ -1,0 +1,271 @@
+r"""Return scaling by the range of its percentiles (DreamerV3).
+
+DreamerV3 keeps exponential moving averages of the 5th and 95th percentiles of
+its returns across the batch and divides advantages by
+:math:`\max(1, P_{95} - P_{5})`: large return ranges are scaled down, small
+ones (sparse rewards) are left alone instead of being blown up.
+
+Two ways to use it:
+
+* plain functions on any array: :func:`update_percentiles` with a batch of
+  returns, then divide advantages (or returns) by :func:`percentile_scale`;
+* a reward transform, :func:`percentile_scale_reward`, that tracks the
+  discounted return of every environment (the same recurrence as
+  :func:`~rewardnorm_jax.normalize_reward`) and divides rewards by the scale.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from rewardnorm_jax._src import base
+from rewardnorm_jax._src import normalize as norm_lib
+from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src import semantics as sem_lib
+
+
+@struct.dataclass
+class PercentileState:
+    """Moving averages of a low and a high percentile."""
+
+    low: jax.Array  # (), EMA of the low percentile (5th by default)
+    high: jax.Array  # (), EMA of the high percentile (95th by default)
+
+
+@struct.dataclass
+class PercentileScaleRewardState:
+    """State of :func:`percentile_scale_reward`."""
+
+    percentiles: PercentileState  # EMAs of the return percentiles, shared by the batch
+    ret: jax.Array  # batch_shape, the tracked discounted return G
+
+
+def _check_update_options(rate, low, high) -> None:
+    # rate 0 never moves the averages; rate > 1 overshoots and oscillates.
+    if not (isinstance(rate, (int, float)) and 0.0 < rate <= 1.0):
+        raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
+    # A range needs low < high inside [0, 100].
+    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))
+            and 0.0 <= low < high <= 100.0):
+        raise ValueError(
+            f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
+        )
+
+
+def _check_limit(limit) -> None:
+    # limit <= 0 allows a zero or negative divisor.
+    if not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0):
+        raise ValueError(f"limit should be a positive number, got limit={limit!r}.")
+
+
+def init_percentiles(dtype=None) -> PercentileState:
+    """Both moving averages at 0, as in DreamerV3.
+
+    Args:
+      dtype: float32 or float64; default float64 under x64, else float32.
+    """
+    zero = jnp.zeros((), rs.check_dtype(dtype))
+    return PercentileState(low=zero, high=zero)
+
+
+def update_percentiles(
+    state: PercentileState,
+    values: jax.typing.ArrayLike,
+    mask: jax.typing.ArrayLike | None = None,
+    *,
+    rate: float = 0.01,
+    low: float = 5.0,
+    high: float = 95.0,
+    axis_name=None,
+) -> PercentileState:
+    r"""Moves the averages towards the percentiles of a batch.
+
+    .. math::
+      L' = (1 - \alpha) L + \alpha\, \operatorname{Per}(x, p_{low}), \qquad
+      H' = (1 - \alpha) H + \alpha\, \operatorname{Per}(x, p_{high})
+
+    over every entry of ``values`` (all axes), with linear interpolation
+    between order statistics (``numpy.percentile``'s default). As in DreamerV3
+    the averages start at 0 and are not debiased: the scale grows from
+    :math:`\max(1, \cdot) = 1` over roughly :math:`1 / \alpha` updates.
+    Masked-out and non-finite entries are ignored; a batch without any valid
+    entry leaves the state unchanged.
+
+    Cross-device (``axis_name``): the values are ``all_gather``-ed so every
+    participant computes the exact percentiles of the global batch. That costs
+    :math:`P \cdot B` values of communication and memory per participant and a
+    sort of :math:`P \cdot B` values on each (:math:`P` participants, :math:`B`
+    values each), which is negligible for the thousands of returns of a
+    training step but grows with the global batch; DreamerV3 does the same.
+
+    Args:
+      state: current averages.
+      values: a batch of returns (any shape).
+      mask: optional boolean of ``values``' shape; ``False`` entries are left out.
+      rate: :math:`\alpha \in (0, 1]`, DreamerV3's 0.01 by default.
+      low: low percentile :math:`p_{low}` in [0, 100), default 5.
+      high: high percentile :math:`p_{high}` in (low, 100], default 95.
+      axis_name: optional mapped axis name(s) to gather the batch across.
+
+    Returns:
+      The updated averages.
+
+    Raises:
+      ValueError: for a rate outside (0, 1] or percentiles not within
+        0 <= low < high <= 100.
+
+    Example:
+      >>> state = update_percentiles(init_percentiles(), jnp.arange(101.0), rate=0.5)
+      >>> float(state.low), float(state.high)   # half of the 5th / 95th percentiles
+      (2.5, 47.5)
+
+    References:
+      Hafner et al., `Mastering Diverse Domains through World Models
+      <https://arxiv.org/abs/2301.04104>`_, 2023; DreamerV3
+      ``embodied/jax/utils.py`` (``Normalize``, ``impl='perc'``).
+    """
+    _check_update_options(rate, low, high)
+    dtype = state.low.dtype
+    values = jnp.asarray(values, dtype)
+    valid = jnp.isfinite(values)
+    if mask is not None:
+        mask = jnp.asarray(mask, bool)
+        if mask.shape != values.shape:
+            raise ValueError(f"mask has shape {mask.shape}, expected {values.shape}.")
+        valid = valid & mask
+    values = jnp.where(valid, values, jnp.nan)
+    if axis_name is not None:
+        values = jax.lax.all_gather(values, axis_name)
+    batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
+    new = PercentileState(
+        low=(1.0 - rate) * state.low + rate * batch[0],
+        high=(1.0 - rate) * state.high + rate * batch[1],
+    )
+    return rs.select(jnp.any(~jnp.isnan(values)), new, state)
+
+
+def percentile_scale(state: PercentileState, limit: float = 1.0) -> jax.Array:
+    r"""The divisor :math:`\max(\text{limit}, H - L)`.
+
+    DreamerV3 divides advantages by it, ``(return - value) / scale``; the low
+    percentile is not subtracted.
+
+    Args:
+      state: the averages from :func:`update_percentiles`.
+      limit: lower bound of the divisor (1 in DreamerV3, so that small return
+        ranges are not amplified).
+
+    Raises:
+      ValueError: if ``limit`` is not a positive number.
+
+    Example:
+      >>> returns = jnp.linspace(-40.0, 60.0, 1001)
+      >>> state = update_percentiles(init_percentiles(), returns, rate=1.0)
+      >>> advantages = returns - 10.0
+      >>> round(float(percentile_scale(state)), 3)   # P95 - P5 = 55 - (-35)
+      90.0
+      >>> round(float((advantages / percentile_scale(state))[-1]), 4)
+      0.5556
+    """
+    _check_limit(limit)
+    return jnp.maximum(limit, state.high - state.low)
+
+
+def percentile_scale_reward(
+    gamma: float = 0.99,
+    *,
+    rate: float = 0.01,
+    low: float = 5.0,
+    high: float = 95.0,
+    limit: float = 1.0,
+    semantics: "str | sem_lib.Semantics" = "gymnasium",
+    dtype=None,
+    axis_name=None,
+) -> base.RewardTransform:
+    r"""Scales rewards by the moving percentile range of the discounted return.
+
+    Each step, for the environments :math:`i` of the batch:
+
+    .. math::
+      G_i &\leftarrow \gamma\, G_i\, (1 - d^{before}_i) + r_i \\
+      L &\leftarrow (1 - \alpha) L + \alpha \operatorname{Per}(\{G_i\}, 5), \quad
+      H \leftarrow (1 - \alpha) H + \alpha \operatorname{Per}(\{G_i\}, 95) \\
+      \tilde r_i &= r_i / \max(1, H - L)
+
+    DreamerV3's return normalization moved to the reward: dividing every
+    reward by a constant divides every return by it. The return recurrence,
+    the reset flags, the freeze rule (``update_stats=False``) and the handling
+    of non-finite rewards (left out, passed through) are those of
+    :func:`~rewardnorm_jax.normalize_reward` with the same ``semantics``.
+
+    The percentiles are taken across the batch of environments at each step,
+    so the transform needs many environments: with one environment the range
+    is 0 and the scale stays 1. For a single stream, or to follow DreamerV3
+    exactly, call :func:`update_percentiles` on a whole rollout of returns
+    (all time steps and environments) and divide advantages by
+    :func:`percentile_scale`.
+
+    Args:
+      gamma: discount factor in [0, 1].
+      rate: moving-average rate :math:`\alpha \in (0, 1]` (0.01).
+      low: low percentile (5).
+      high: high percentile (95).
+      limit: lower bound of the divisor (1).
+      semantics: reset conventions, as for :func:`~rewardnorm_jax.normalize_reward`.
+      dtype: float32 or float64 for the state and the output.
+      axis_name: mapped axis name(s): the returns of every participant are
+        gathered (see :func:`update_percentiles` for the cost).
+
+    Returns:
+      A :class:`~rewardnorm_jax.RewardTransform` with state
+      :class:`PercentileScaleRewardState`.
+
+    Raises:
+      ValueError: for gamma outside [0, 1], a rate outside (0, 1], percentiles
+        not within 0 <= low < high <= 100, a non-positive limit or an unknown
+        semantics.
+
+    Example:
+      >>> t = percentile_scale_reward(gamma=0.0, rate=1.0)
+      >>> state = t.init(batch_shape=(101,))
+      >>> reward, state = t.step(state, jnp.arange(101.0))
+      >>> round(float(reward[-1]), 4)   # 100 / (95 - 5)
+      1.1111
+
+    References:
+      Hafner et al., `Mastering Diverse Domains through World Models
+      <https://arxiv.org/abs/2301.04104>`_, 2023.
+    """
+    gamma, _ = norm_lib.check_gamma_epsilon(gamma, 1.0)  # no epsilon here: validates gamma
+    _check_update_options(rate, low, high)
+    _check_limit(limit)
+    semantics = sem_lib.resolve(semantics)
+    dtype = rs.check_dtype(dtype)
+
+    def init(batch_shape: base.Shape = ()) -> PercentileScaleRewardState:
+        return PercentileScaleRewardState(
+            percentiles=init_percentiles(dtype), ret=jnp.zeros(batch_shape, dtype)
+        )
+
+    def normalize(state: PercentileScaleRewardState, reward) -> jax.Array:
+        return jnp.asarray(reward, dtype) / percentile_scale(state.percentiles, limit)
+
+    def merge(percentiles, ret, valid):
+        return update_percentiles(
+            percentiles, ret, valid, rate=rate, low=low, high=high, axis_name=axis_name
+        )
+
+    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+        reward, ret, percentiles = norm_lib.return_step(
+            state.ret, state.percentiles, reward, terminated, truncated, update_stats, active,
+            gamma=gamma, semantics=semantics, dtype=dtype, merge=merge,
+        )
+        new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
+        return normalize(new_state, reward), new_state
+
+    def update(state, reward, terminated=False, truncated=False, *, active=None):
+        return step(state, reward, terminated, truncated, active=active)[1]
+
+    return base.RewardTransform(init, update, normalize, step)
