@@ -100,7 +100,8 @@ def chan_increments(count, mean, batch_count, batch_mean, batch_var):
     new_count = count + batch_count
     ratio = batch_count / new_count
     delta = batch_mean - mean
-    delta_m2 = batch_var * batch_count + delta * delta * count * ratio
+    # n n_b / n' first: no intermediate overflows unless the increment does.
+    delta_m2 = batch_var * batch_count + delta * (delta * (count * ratio))
     return delta * ratio, delta_m2, new_count
 
 
