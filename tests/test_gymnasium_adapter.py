@@ -242,6 +242,9 @@ def test_conversion_to_and_from_the_jax_core():
         np.testing.assert_array_equal(getattr(again, name), getattr(core32, name))
     with pytest.raises(ValueError, match="shape"):
         RunningMeanStd.from_running_stats(rn.init_stats((2,), np.float32))
+    ema = rn.init_stats((), np.float32, decay=0.99)
+    with pytest.raises(ValueError, match="decay"):
+        RunningMeanStd.from_running_stats(ema)
 
 
 def test_running_mean_std_matches_gymnasiums():

@@ -177,6 +177,11 @@ class RunningMeanStd:
         Exact for float32 statistics and for float64 ones whose low words are
         zero (as :meth:`to_running_stats` writes them).
         """
+        if getattr(stats, "decay", None) is not None:
+            raise ValueError(
+                f"exponential moving statistics (decay={stats.decay}) have no sample "
+                "count to convert; RunningMeanStd holds equally weighted statistics."
+            )
         if np.shape(stats.mean) != ():
             raise ValueError(
                 "only statistics of shape () (one set shared by all environments) "

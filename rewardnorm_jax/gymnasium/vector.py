@@ -44,7 +44,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
     reset under DISABLED) never enter the return or the statistics, while
     under SAME_STEP every step is a real one and a new episode starts from
     zero. This is Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward`;
-    for NEXT_STEP and DISABLED it equals 1.3.0's to float64 rounding.
+    under NEXT_STEP it equals 1.3.0's to float64 rounding.
 
     The property ``update_running_mean`` freezes (``False``) or continues
     (``True``, default) the statistics; rewards are still scaled and the
