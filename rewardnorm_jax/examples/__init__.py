@@ -1,0 +1,1 @@
+"""Worked examples built on rewardnorm_jax (not part of the library API)."""

@@ -1,0 +1,660 @@
+r"""Proximal policy optimisation on gymnax environments, with reward normalization.
+
+A single-file PPO in the style of PureJaxRL: a Flax actor-critic, an Optax
+optimizer, and the whole training run (rollouts, generalised advantage
+estimation, minibatch epochs) inside one jitted function built from
+``lax.scan``. Several seeds train at once with ``jax.vmap`` over that function.
+
+Rewards are scaled by :func:`rewardnorm_jax.normalize_reward` (the running
+standard deviation of the discounted return, Gymnasium's semantics) through
+the gymnax adapter :mod:`rewardnorm_jax.gymnax` before the agent sees them.
+The statistics live in the environment state inside the runner, so they are
+saved with the agent (:func:`save_checkpoint`), and evaluation resets fresh
+environments keeping them and steps with the statistics frozen by a traced
+``update_stats`` flag: it never changes or wipes them.
+
+Episodes cut by the time limit (``truncated`` but not ``terminated``) are
+bootstrapped with the value of gymnax's ``info["final_observation"]``.
+
+Example:
+  >>> config = PPOConfig(total_steps=512, num_envs=4, num_steps=32)
+  >>> runners = init_runners(config, seed=0, num_seeds=2)
+  >>> runners, metrics = train(config, runners)
+  >>> metrics.episode_return.shape            # (seeds, updates)
+  (2, 4)
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import time
+from typing import Any, Callable, NamedTuple
+
+import flax.linen as nn
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import serialization, struct
+from gymnax.environments import spaces
+from gymnax.wrappers.purerl import LogWrapper
+
+import rewardnorm_jax as rn
+import rewardnorm_jax.gymnax as rngym
+
+# gymnax environments this PPO runs (an MLP on flattened observations, Discrete
+# or Box actions); MNISTBandit-bsuite is left out as it downloads a data set.
+ENV_NAMES = tuple(name for name in gymnax.registered_envs if name != "MNISTBandit-bsuite")
+
+CHECKPOINT_FILE = "checkpoint.msgpack"
+_CHECKPOINT_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters of a run. ``total_steps`` counts environment steps per seed."""
+
+    env_name: str = "CartPole-v1"
+    total_steps: int = 500_000
+    num_envs: int = 4
+    num_steps: int = 128  # rollout length per update, per environment
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    learning_rate: float = 2.5e-4  # annealed linearly to 0 over each run
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_eps: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden_size: int = 64
+    normalize: bool = True  # scale rewards by the running std of the return
+    num_eval_envs: int = 32
+    log_lines: int = 10  # progress lines per run
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_updates(self) -> int:
+        return self.total_steps // self.batch_size
+
+    def validate(self) -> "PPOConfig":
+        """Returns ``self``; raises ValueError naming the bad field and its valid range."""
+        if self.env_name not in ENV_NAMES:
+            raise ValueError(
+                f"env_name={self.env_name!r} is not a supported gymnax environment; "
+                f"valid names: {', '.join(ENV_NAMES)}."
+            )
+        for name in ("total_steps", "num_envs", "num_steps", "update_epochs",
+                     "num_minibatches", "hidden_size", "num_eval_envs", "log_lines"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value > 0):
+                raise ValueError(f"{name} should be a positive integer, got {name}={value!r}.")
+        if self.total_steps < self.batch_size:
+            raise ValueError(
+                f"total_steps={self.total_steps} is less than one update "
+                f"(num_envs * num_steps = {self.batch_size}); use at least {self.batch_size}."
+            )
+        if self.batch_size % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} should divide num_envs * num_steps "
+                f"= {self.batch_size}."
+            )
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} should be in [0, 1], got {name}={value!r}.")
+        return self
+
+
+# The defaults above are PureJaxRL's CartPole-v1 configuration. For Box actions
+# (Pendulum-v1): more environments, more and smaller minibatch steps, a larger
+# learning rate, a shorter horizon and no entropy bonus.
+PENDULUM = PPOConfig(
+    env_name="Pendulum-v1",
+    total_steps=500_000,
+    num_envs=16,
+    num_steps=128,
+    update_epochs=10,
+    num_minibatches=16,
+    learning_rate=1e-3,
+    gamma=0.95,
+    ent_coef=0.0,
+)
+
+
+def default_config(env_name: str) -> PPOConfig:
+    """The tuned settings for ``env_name``: Pendulum's for Box actions, CartPole's otherwise."""
+    PPOConfig(env_name=env_name).validate()
+    env, params = gymnax.make(env_name)
+    if isinstance(env.action_space(params), spaces.Box):
+        return dataclasses.replace(PENDULUM, env_name=env_name)
+    return PPOConfig(env_name=env_name)
+
+
+# --- Policy -------------------------------------------------------------------------
+
+
+class ActorCritic(nn.Module):
+    """Separate two-layer tanh MLPs for the policy and the value (PureJaxRL's network)."""
+
+    action_dim: int
+    discrete: bool
+    hidden_size: int = 64
+
+    @nn.compact
+    def __call__(self, obs):
+        def mlp(x, out, scale):
+            for _ in range(2):
+                x = nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x)
+                x = nn.tanh(x)
+            return nn.Dense(out, kernel_init=nn.initializers.orthogonal(scale))(x)
+
+        policy = mlp(obs, self.action_dim, 0.01)
+        if not self.discrete:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+            policy = (policy, jnp.broadcast_to(log_std, policy.shape))
+        value = mlp(obs, 1, 1.0)[..., 0]
+        return policy, value
+
+
+def _sample(discrete, policy, key):
+    if discrete:
+        return jax.random.categorical(key, policy)
+    mean, log_std = policy
+    return mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+
+
+def _mode(discrete, policy):
+    return jnp.argmax(policy, axis=-1) if discrete else policy[0]
+
+
+def _log_prob(discrete, policy, action):
+    if discrete:
+        logp = jax.nn.log_softmax(policy)
+        return jnp.take_along_axis(logp, action[..., None], axis=-1)[..., 0]
+    mean, log_std = policy
+    z = (action - mean) * jnp.exp(-log_std)
+    return jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi), axis=-1)
+
+
+def _entropy(discrete, policy):
+    if discrete:
+        logp = jax.nn.log_softmax(policy)
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+    _, log_std = policy
+    return jnp.sum(log_std + 0.5 * jnp.log(2 * jnp.pi * jnp.e), axis=-1)
+
+
+# --- Environment with normalized rewards ----------------------------------------------
+
+
+class Environment(NamedTuple):
+    """A batch of gymnax environments behind a reward transform, and what the agent needs of it."""
+
+    env: rngym.RewardTransformWrapper  # RewardTransformWrapper(VecEnv(LogWrapper(env)))
+    params: Any
+    action_dim: int
+    discrete: bool
+    low: Any  # action bounds of a Box space, None for Discrete
+    high: Any
+    max_steps: int  # episode length limit
+
+
+def make_env(config: PPOConfig) -> Environment:
+    """The environments of ``config``: ``num_envs`` copies stepped as one, rewards transformed.
+
+    The stack is ``RewardTransformWrapper(VecEnv(LogWrapper(env)), transform)``:
+    gymnax's ``LogWrapper`` records raw episode returns, the adapter's
+    ``VecEnv`` maps the environment over the batch, and the transform sees the
+    ``(num_envs,)`` rewards with one set of statistics shared by the batch. The
+    transform is :func:`rewardnorm_jax.normalize_reward` (Gymnasium's
+    semantics), or with ``normalize=False`` the identity ``scale_reward(1.0)``,
+    so both runs share one code path and state layout.
+    """
+    base_env, params = gymnax.make(config.env_name)
+    transform = rn.normalize_reward(config.gamma) if config.normalize else rn.scale_reward(1.0)
+    env = rngym.RewardTransformWrapper(rngym.VecEnv(LogWrapper(base_env)), transform)
+    action_space = base_env.action_space(params)
+    discrete = isinstance(action_space, spaces.Discrete)
+    return Environment(
+        env=env,
+        params=params,
+        action_dim=action_space.n if discrete else int(np.prod(action_space.shape)),
+        discrete=discrete,
+        low=None if discrete else action_space.low,
+        high=None if discrete else action_space.high,
+        max_steps=int(params.max_steps_in_episode),
+    )
+
+
+def _flat(obs):
+    return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
+
+
+def _env_reset(env: Environment, key, num_envs, stats_from=None):
+    obs, state = env.env.reset(jax.random.split(key, num_envs), env.params, stats_from)
+    return _flat(obs), state
+
+
+def _env_step(env: Environment, key, state, action, update_stats):
+    if not env.discrete:
+        action = jnp.clip(action, env.low, env.high)
+    keys = jax.random.split(key, action.shape[0])
+    obs, state, reward, terminated, truncated, info = env.env.step(
+        keys, state, action, env.params, update_stats
+    )
+    return _flat(obs), state, reward, terminated, truncated, _flat(info["final_observation"])
+
+
+# --- Training -------------------------------------------------------------------------
+
+
+@struct.dataclass
+class Runner:
+    """Everything a run carries between updates; saved whole in a checkpoint."""
+
+    params: Any
+    opt_state: Any
+    env_state: Any  # RewardWrapperState: environments and the reward transform's state
+    obs: jax.Array
+    key: jax.Array
+
+
+class Metrics(NamedTuple):
+    """Per update: the raw return of each environment's last completed episode, averaged
+    over the environments that have completed one (NaN before any has)."""
+
+    episode_return: jax.Array
+
+
+class Transition(NamedTuple):
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    reward: jax.Array
+    terminated: jax.Array
+    done: jax.Array
+    final_obs: jax.Array
+
+
+class Sample(NamedTuple):
+    """What the loss needs of a transition."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+
+
+def _network(config: PPOConfig, env: Environment) -> ActorCritic:
+    return ActorCritic(env.action_dim, env.discrete, config.hidden_size)
+
+
+def _optimizer(config: PPOConfig) -> optax.GradientTransformation:
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adam(config.learning_rate, eps=1e-5),
+    )
+
+
+def init_runner(config: PPOConfig, key: jax.Array) -> Runner:
+    """A fresh agent, optimizer, environments and normalizer for one seed."""
+    env = make_env(config)
+    key, net_key, env_key = jax.random.split(key, 3)
+    obs, env_state = _env_reset(env, env_key, config.num_envs)
+    params = _network(config, env).init(net_key, obs)
+    return Runner(
+        params=params,
+        opt_state=_optimizer(config).init(params),
+        env_state=env_state,
+        obs=obs,
+        key=key,
+    )
+
+
+def init_runners(config: PPOConfig, seed: int, num_seeds: int) -> Runner:
+    """``num_seeds`` independent runners stacked on a leading axis."""
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
+    return jax.jit(jax.vmap(lambda k: init_runner(config, k)))(keys)
+
+
+def norm_state(runner: Runner):
+    """The reward transform's state (statistics and tracked returns) inside a runner."""
+    return rngym.get_transform_state(runner.env_state)
+
+
+def _policy_step(env, network, params, obs, env_state, key, update_stats, greedy: bool):
+    """Acts with the policy and steps the environments; shared by training and evaluation."""
+    act_key, step_key = jax.random.split(key)
+    policy, value = network.apply(params, obs)
+    action = _mode(env.discrete, policy) if greedy else _sample(env.discrete, policy, act_key)
+    next_obs, env_state, reward, terminated, truncated, final_obs = _env_step(
+        env, step_key, env_state, action, update_stats
+    )
+    transition = Transition(
+        obs=obs,
+        action=action,
+        log_prob=_log_prob(env.discrete, policy, action),
+        value=value,
+        reward=reward,
+        terminated=terminated,
+        done=terminated | truncated,
+        final_obs=final_obs,
+    )
+    return next_obs, env_state, transition
+
+
+def _advantages(config, traj: Transition, last_value, final_value):
+    r"""Generalised advantage estimation, bootstrapping time-limit truncations.
+
+    .. math::
+      \delta_t = r_t + \gamma (1 - \text{term}_t) V'_{t+1} - V_t, \quad
+      A_t = \delta_t + \gamma \lambda (1 - \text{done}_t) A_{t+1}
+
+    where :math:`V'_{t+1}` is the value of the final observation on a done step
+    and of the next observation otherwise.
+    """
+    next_value = jnp.concatenate([traj.value[1:], last_value[None]], axis=0)
+    next_value = jnp.where(traj.done, final_value, next_value)
+    delta = traj.reward + config.gamma * (1.0 - traj.terminated) * next_value - traj.value
+    decay = config.gamma * config.gae_lambda * (1.0 - traj.done)
+
+    def backward(advantage, x):
+        delta_t, decay_t = x
+        advantage = delta_t + decay_t * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(last_value), (delta, decay), reverse=True)
+    return advantages, advantages + traj.value
+
+
+def _loss(config, env, network, params, batch: Sample, advantages, targets):
+    policy, value = network.apply(params, batch.obs)
+    log_prob = _log_prob(env.discrete, policy, batch.action)
+
+    value_clipped = batch.value + jnp.clip(value - batch.value, -config.clip_eps, config.clip_eps)
+    value_loss = 0.5 * jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2).mean()
+
+    ratio = jnp.exp(log_prob - batch.log_prob)
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -jnp.minimum(
+        ratio * advantages,
+        jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * advantages,
+    ).mean()
+    entropy = _entropy(env.discrete, policy).mean()
+    return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+
+
+def make_train(config: PPOConfig, progress: Callable | None = None) -> Callable[[Runner], tuple]:
+    """The training function of one seed: ``train(runner) -> (runner, Metrics)``.
+
+    It runs ``config.num_updates`` PPO updates in one ``lax.scan`` and is meant
+    to be wrapped in ``jax.jit(jax.vmap(...))``. With ``progress``, it calls
+    ``progress(update, episode_return)`` from inside the loop through
+    ``jax.debug.callback`` about ``config.log_lines`` times (once per seed under
+    ``vmap``); see :class:`ProgressPrinter`.
+    """
+    config.validate()
+    env = make_env(config)
+    network = _network(config, env)
+    optimizer = _optimizer(config)
+    num_updates = config.num_updates
+    log_every = -(-num_updates // config.log_lines)  # ceil: at most log_lines lines
+    minibatch_size = config.batch_size // config.num_minibatches
+    grad_fn = jax.grad(lambda p, *a: _loss(config, env, network, p, *a))
+
+    def update(runner: Runner, index):
+        # Collect num_steps transitions from every environment (statistics updated).
+        def rollout_step(runner, _):
+            key, step_key = jax.random.split(runner.key)
+            obs, env_state, transition = _policy_step(
+                env, network, runner.params, runner.obs, runner.env_state, step_key,
+                update_stats=True, greedy=False,
+            )
+            return runner.replace(env_state=env_state, obs=obs, key=key), transition
+
+        runner, traj = jax.lax.scan(rollout_step, runner, None, config.num_steps)
+        _, last_value = network.apply(runner.params, runner.obs)
+        _, final_value = network.apply(runner.params, traj.final_obs)
+        advantages, targets = _advantages(config, traj, last_value, final_value)
+        samples = Sample(traj.obs, traj.action, traj.log_prob, traj.value)
+
+        # Learning rate annealed linearly to 0 over this run (as a multiplier of
+        # Adam's step, so a restored optimizer state carries on unchanged).
+        lr_scale = 1.0 - index / num_updates
+
+        def epoch(carry, _):
+            params, opt_state, key = carry
+            key, perm_key = jax.random.split(key)
+            perm = jax.random.permutation(perm_key, config.batch_size)
+            data = jax.tree.map(
+                lambda x: x.reshape((config.batch_size,) + x.shape[2:])[perm].reshape(
+                    (config.num_minibatches, minibatch_size) + x.shape[2:]
+                ),
+                (samples, advantages, targets),
+            )
+
+            def minibatch(carry, batch):
+                params, opt_state = carry
+                grads = grad_fn(params, *batch)
+                updates, opt_state = optimizer.update(grads, opt_state, params)
+                updates = jax.tree.map(lambda u: lr_scale * u, updates)
+                return (optax.apply_updates(params, updates), opt_state), None
+
+            (params, opt_state), _ = jax.lax.scan(minibatch, (params, opt_state), data)
+            return (params, opt_state, key), None
+
+        key, epoch_key = jax.random.split(runner.key)
+        (params, opt_state, _), _ = jax.lax.scan(
+            epoch, (runner.params, runner.opt_state, epoch_key), None, config.update_epochs
+        )
+        runner = runner.replace(params=params, opt_state=opt_state, key=key)
+
+        # The return of each environment's last completed episode (LogWrapper's record).
+        log = runner.env_state.env_state  # LogWrapper's state, batched
+        valid = log.returned_episode_valid
+        episode_return = jnp.sum(jnp.where(valid, log.returned_episode_returns, 0.0)) / valid.sum()
+        metrics = Metrics(episode_return)
+        if progress is not None:
+            done = index + 1
+            jax.lax.cond(
+                (done % log_every == 0) | (done == num_updates),
+                lambda: jax.debug.callback(progress, done, episode_return),
+                lambda: None,
+            )
+        return runner, metrics
+
+    def train(runner: Runner):
+        return jax.lax.scan(update, runner, jnp.arange(num_updates))
+
+    return train
+
+
+def make_evaluate(config: PPOConfig) -> Callable:
+    """``evaluate(runner, key) -> (returns, transform_state)`` for one seed.
+
+    Resets ``config.num_eval_envs`` fresh environments keeping the runner's
+    learned statistics (``reset(..., stats_from=...)``), runs one full episode
+    in each with the policy's mode through the same step as training but with
+    ``update_stats=False``, a traced flag, and returns the raw episode returns
+    and the final transform state, whose statistics equal the runner's.
+    """
+    env = make_env(config)
+    network = _network(config, env)
+
+    def evaluate(runner: Runner, key):
+        reset_key, key = jax.random.split(key)
+        obs, env_state = _env_reset(env, reset_key, config.num_eval_envs, norm_state(runner))
+        update_stats = jnp.zeros((), bool)
+
+        def step(carry, _):
+            obs, env_state, key, total, running = carry
+            key, step_key = jax.random.split(key)
+            obs, env_state, transition = _policy_step(
+                env, network, runner.params, obs, env_state, step_key, update_stats, greedy=True
+            )
+            # LogWrapper's return of the episode that ended on this step, first episode only.
+            ended = running & transition.done
+            total = jnp.where(ended, env_state.env_state.returned_episode_returns, total)
+            return (obs, env_state, key, total, running & ~transition.done), None
+
+        running = jnp.ones(config.num_eval_envs, bool)
+        init = (obs, env_state, key, jnp.zeros(config.num_eval_envs), running)
+        (_, env_state, _, total, _), _ = jax.lax.scan(step, init, None, env.max_steps)
+        return total, rngym.get_transform_state(env_state)
+
+    return evaluate
+
+
+# --- Host-side driver -----------------------------------------------------------------
+
+
+class ProgressPrinter:
+    """Collects the per-seed progress callbacks of an update and prints one line.
+
+    Under ``jax.vmap`` the callback runs once per seed; when all seeds have
+    reported an update, the line gives the update, the environment steps per
+    seed, the mean and spread over seeds of the episode return
+    (:class:`Metrics`) and the steps per second summed over seeds since the
+    run started.
+    """
+
+    def __init__(self, config: PPOConfig, num_seeds: int, print_fn: Callable = print):
+        self.config = config
+        self.num_seeds = num_seeds
+        self.print_fn = print_fn
+        self.pending: dict[int, list] = {}
+        self.start = time.perf_counter()
+
+    def __call__(self, update, episode_return):
+        update = int(update)
+        self.pending.setdefault(update, []).append(float(episode_return))
+        if len(self.pending[update]) < self.num_seeds:
+            return
+        returns = np.array(self.pending.pop(update))
+        steps = update * self.config.batch_size
+        rate = steps * self.num_seeds / max(time.perf_counter() - self.start, 1e-9)
+        finite = returns[np.isfinite(returns)]
+        text = f"{finite.mean():8.2f} ± {finite.std():6.2f}" if finite.size else "     n/a"
+        self.print_fn(
+            f"update {update:5d}/{self.config.num_updates} | steps {steps:>10,d} | "
+            f"episode return {text} | {rate:10,.0f} steps/s"
+        )
+
+
+class _ProgressSink:
+    """The progress callback compiled into a training function; forwards to the current run's printer."""
+
+    def __init__(self):
+        self.target = None
+
+    def __call__(self, update, episode_return):
+        if self.target is not None:
+            self.target(update, episode_return)
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_train(config: PPOConfig, num_seeds: int):
+    """``jit(vmap(train))`` compiled once per configuration and number of seeds."""
+    sink = _ProgressSink()
+    runners = jax.eval_shape(lambda: init_runners(config, 0, num_seeds))
+    return jax.jit(jax.vmap(make_train(config, sink))).lower(runners).compile(), sink
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled_evaluate(config: PPOConfig, num_seeds: int):
+    runners = jax.eval_shape(lambda: init_runners(config, 0, num_seeds))
+    keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+    return jax.jit(jax.vmap(make_evaluate(config))).lower(runners, keys).compile()
+
+
+class RunResult(NamedTuple):
+    runners: Runner
+    metrics: Metrics  # arrays of shape (seeds, updates)
+    compile_s: float  # 0 when this configuration was compiled before in the process
+    train_s: float
+
+
+def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) -> RunResult:
+    """Trains stacked ``runners`` (one per seed) for ``config.total_steps`` steps each.
+
+    ``print_fn`` receives one progress line per ``num_updates / log_lines``
+    updates (see :class:`ProgressPrinter`).
+    """
+    num_seeds = int(runners.key.shape[0])
+    start = time.perf_counter()
+    compiled, sink = _compiled_train(config.validate(), num_seeds)
+    compile_s = time.perf_counter() - start
+    sink.target = None if print_fn is None else ProgressPrinter(config, num_seeds, print_fn)
+    start = time.perf_counter()
+    try:
+        runners, metrics = jax.block_until_ready(compiled(runners))
+    finally:
+        sink.target = None
+    return RunResult(runners, metrics, compile_s, time.perf_counter() - start)
+
+
+def evaluate(config: PPOConfig, runners: Runner, seed: int = 0):
+    """Evaluates every seed (see :func:`make_evaluate`).
+
+    Returns:
+      ``(returns, transform_states)``: raw episode returns of shape
+      ``(seeds, num_eval_envs)`` and the transform states after evaluation,
+      whose statistics equal those of ``runners``.
+    """
+    num_seeds = int(runners.key.shape[0])
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
+    return _compiled_evaluate(config.validate(), num_seeds)(runners, keys)
+
+
+# --- Checkpoints ----------------------------------------------------------------------
+
+
+def save_checkpoint(directory: str, config: PPOConfig, runners: Runner) -> str:
+    """Writes agent, optimizer, environments and normalizer state to ``directory``.
+
+    One msgpack file (``flax.serialization``) holding the config as JSON and the
+    stacked runner state; written to a temporary file and renamed, so an
+    interrupted save never leaves a torn checkpoint.
+    """
+    os.makedirs(directory, exist_ok=True)
+    payload = {
+        "format": _CHECKPOINT_FORMAT,
+        "config": json.dumps(dataclasses.asdict(config)),
+        "num_seeds": int(runners.key.shape[0]),
+        "runners": serialization.to_state_dict(jax.device_get(runners)),
+    }
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    with open(path + ".tmp", "wb") as f:
+        f.write(serialization.msgpack_serialize(payload))
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def load_checkpoint(directory: str) -> tuple[PPOConfig, Runner]:
+    """Reads a checkpoint written by :func:`save_checkpoint`; arrays come back bit-exact.
+
+    Raises:
+      FileNotFoundError: if ``directory`` holds no checkpoint.
+      ValueError: if the file is not a checkpoint of this format or its arrays
+        do not match the shapes its config implies.
+    """
+    path = os.path.join(directory, CHECKPOINT_FILE)
+    with open(path, "rb") as f:
+        payload = serialization.msgpack_restore(f.read())
+    if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a checkpoint of format {_CHECKPOINT_FORMAT}.")
+    config = PPOConfig(**json.loads(payload["config"])).validate()
+    target = jax.eval_shape(lambda: init_runners(config, 0, int(payload["num_seeds"])))
+    runners = serialization.from_state_dict(target, payload["runners"])
+    for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners)):
+        if want.shape != np.shape(got) or want.dtype != np.asarray(got).dtype:
+            raise ValueError(f"{path} does not match its config (array {np.shape(got)} "
+                             f"{np.asarray(got).dtype}, expected {want.shape} {want.dtype}).")
+    return config, jax.tree.map(jnp.asarray, runners)
