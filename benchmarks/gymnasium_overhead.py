@@ -158,12 +158,14 @@ def vector_env(num_envs: int, steps: int, repeats: int):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="steps per timed call (default 200)")
+    parser.add_argument("--steps", type=int, default=50, help="steps per timed call (default 50)")
     parser.add_argument(
         "--num-envs", type=int, nargs="+", default=list(NUM_ENVS),
         help=f"vector sizes to time (default {' '.join(map(str, NUM_ENVS))})",
     )
     _timing.add_common_args(parser)
+    # Short calls, many of them: on shared cores the minimum needs quiet windows.
+    parser.set_defaults(repeats=100)
     args = parser.parse_args(argv)
     if args.repeats < _timing.MIN_REPEATS:
         print(f"note: fewer than {_timing.MIN_REPEATS} repeats; figures are indicative only")

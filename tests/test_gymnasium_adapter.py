@@ -297,6 +297,40 @@ def test_transform_and_clip_reward_errors():
         TransformReward(ScriptedEnv([]), 3.0)
 
 
+def test_host_namespaces_evaluate_the_formulas_as_numpy_does():
+    from rewardnorm_jax._src import formulas
+    from rewardnorm_jax.gymnasium import _namespaces as ns
+
+    rng = np.random.default_rng(2)
+    reward = np.array([0.5, -3.0, math.nan, 2.0, math.inf, -0.25, 1.0, 7.0, -1.5])
+    ret = rng.normal(size=9).astype(np.float32)
+    terminated = rng.random(9) < 0.3
+    active = rng.random(9) < 0.8
+    valid = active & np.isfinite(reward)
+    for clip in (None, 1.0):
+        expected = formulas.scale_by_std(np, reward, 0.3, 1e-8, clip, ~np.isfinite(reward))
+        np.testing.assert_array_equal(
+            formulas.scale_by_std(ns.numpy, reward, 0.3, 1e-8, clip, ~np.isfinite(reward)), expected)
+        scalar = [formulas.scale_by_std(ns.scalar, float(r), 0.3, 1e-8, clip, not math.isfinite(r))
+                  for r in reward]
+        np.testing.assert_array_equal(scalar, expected)
+    expected = formulas.discounted_return(np, ret, reward, 0.9, terminated, valid, active)
+    np.testing.assert_array_equal(
+        formulas.discounted_return(ns.numpy, ret, reward, 0.9, terminated, valid, active), expected)
+    expected = formulas.discounted_return(np, ret.astype(np.float64), reward, 0.9, terminated,
+                                          valid, active)  # Python floats are float64
+    scalar = [formulas.discounted_return(ns.scalar, float(g), float(r), 0.9, te, va, ac)
+              for g, r, te, va, ac in zip(ret, reward, terminated, valid, active)]
+    np.testing.assert_array_equal(scalar, expected)
+    for got in (formulas.batch_moments(ns.numpy, ret[valid], True, ns.sum_all),
+                formulas.batch_moments(np, ret[valid], np.ones(valid.sum(), bool), np.sum)):
+        assert [v.dtype for v in got] == [np.float32] * 3
+        np.testing.assert_array_equal(got[1:], (np.mean(ret[valid]), np.var(ret[valid])))
+    assert formulas.batch_moments(ns.scalar, 2.5, True, ns.identity) == (1.0, 2.5, 0.0)
+    assert ns.scalar.maximum(1.0, math.nan) != ns.scalar.maximum(1.0, math.nan)  # NaN propagates
+    assert math.isnan(ns.scalar.minimum(math.nan, 1.0)) and ns.numpy.minimum(2.0, 1.0) == 1.0
+
+
 def test_benchmark_script_runs_with_tiny_sizes(capsys):
     """Smoke test of benchmarks/gymnasium_overhead.py (no timing asserted)."""
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gymnasium_overhead.py")
