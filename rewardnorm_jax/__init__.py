@@ -10,6 +10,8 @@ Adapters: ``rewardnorm_jax.gymnax`` and ``rewardnorm_jax.gymnasium``.
 """
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
+from rewardnorm_jax._src.checkpoint import load_state, save_state
+from rewardnorm_jax._src.checks import CheckFiniteRewardState, check_finite_reward
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
@@ -45,6 +47,7 @@ from rewardnorm_jax._src.value_transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckFiniteRewardState",
     "EmptyState",
     "NormalizeRewardState",
     "PRIOR_COUNT",
@@ -54,13 +57,16 @@ __all__ = [
     "RunningStats",
     "Semantics",
     "chain",
+    "check_finite_reward",
     "clip_reward",
     "count_as_int",
     "init_percentiles",
     "init_stats",
+    "load_state",
     "normalize_reward",
     "percentile_scale",
     "percentile_scale_reward",
+    "save_state",
     "scale_reward",
     "signed_hyperbolic",
     "signed_hyperbolic_reward",
