@@ -174,8 +174,9 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
             semantics.flag("reset_before", terminated, truncated), valid, active,
         )
         if self._update_running_mean:
-            # The moments of the selected returns alone, in float32, sum in
-            # NumPy's pairwise order: Gymnasium's np.mean / np.var of acc[active].
+            # The moments of the selected returns alone, in float32, as Gymnasium's
+            # np.mean / np.var of acc[active]: from 8 environments on, NumPy's pairwise
+            # sums of a where-masked full array round differently (up to 7e-8 relative).
             batch = ret[valid]
             if batch.size:
                 _, batch_mean, batch_var = formulas.batch_moments(
