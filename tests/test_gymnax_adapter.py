@@ -1,0 +1,427 @@
+"""rewardnorm_jax.gymnax: the wrappers against the core, a PureJaxRL-style reference, gymnax's own wrappers."""
+
+import functools
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import serialization
+from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, LogWrapper
+
+import rewardnorm_jax as rn
+from rewardnorm_jax import gymnax as rgx
+
+NUM_ENVS = 1024
+STEPS = 200
+GAMMA = 0.99
+
+
+# --- a PureJaxRL-style reference, written from SEMANTICS.md --------------------------------
+
+
+@jax.jit
+def purejaxrl_normalize_vec_reward(rewards, terminated, truncated):
+    """PureJaxRL's ``NormalizeVecReward`` on a (T, N) float32 stream, step by step.
+
+    ``G = G * gamma * (1 - done) + r`` with ``done = terminated | truncated``; one
+    RunningMeanStd (mean 0, var 1, count 1e-4, float32) over the batch, merged as
+    PureJaxRL writes it; the reward is divided by ``sqrt(var + 1e-8)`` after the update.
+    """
+    f32 = functools.partial(jnp.array, dtype=jnp.float32)
+
+    def body(carry, xs):
+        mean, var, count, return_val = carry
+        reward, done = xs
+        return_val = return_val * GAMMA * (1 - done) + reward
+        batch_mean = jnp.mean(return_val, axis=0)
+        batch_var = jnp.var(return_val, axis=0)
+        batch_count = return_val.shape[0]
+        delta = batch_mean - mean
+        tot_count = count + batch_count
+        new_mean = mean + delta * batch_count / tot_count
+        m_a = var * count
+        m_b = batch_var * batch_count
+        m2 = m_a + m_b + jnp.square(delta) * count * batch_count / tot_count
+        new_var = m2 / tot_count
+        return (new_mean, new_var, tot_count, return_val), reward / jnp.sqrt(new_var + 1e-8)
+
+    init = (f32(0.0), f32(1.0), f32(1e-4), jnp.zeros(rewards.shape[1], jnp.float32))
+    return jax.lax.scan(body, init, (rewards, terminated | truncated))
+
+
+# --- rollouts ----------------------------------------------------------------------------
+
+
+def random_actions(env, params, key, num_envs):
+    """Actions drawn from the key alone, so every wrapper stack sees the same trajectory."""
+    space = env.action_space(params)
+    return jax.vmap(space.sample)(jax.random.split(key, num_envs))
+
+
+@functools.partial(jax.jit, static_argnames=("stacks", "action_env"))
+def lockstep(stacks, action_env, params, key, updates):
+    """Batched wrapper stacks side by side in one ``lax.scan``: same keys, same actions.
+
+    ``stacks`` is a tuple of ``(reset, step)`` pairs, ``reset(keys, params)`` and
+    ``step(keys, state, actions, params, flag)``; ``updates`` holds one (T,)
+    freeze schedule per stack. One compilation serves every stack.
+    """
+    reset_key, run_key = jax.random.split(key)
+    reset_keys = jax.random.split(reset_key, NUM_ENVS)
+    states = tuple(reset(reset_keys, params)[1] for reset, _ in stacks)
+
+    def body(states, xs):
+        step_key, flags = xs
+        action_key, env_key = jax.random.split(step_key)
+        actions = random_actions(action_env, params, action_key, NUM_ENVS)
+        env_keys = jax.random.split(env_key, NUM_ENVS)
+        results = [
+            step(env_keys, state, actions, params, flag)
+            for (_, step), state, flag in zip(stacks, states, flags)
+        ]
+        new_states = tuple(result[1] for result in results)
+        outputs = tuple((obs, reward, term, trunc) for obs, _, reward, term, trunc, _ in results)
+        return new_states, outputs
+
+    return jax.lax.scan(body, states, (jax.random.split(run_key, STEPS), updates))
+
+
+def plain(env):
+    """``(reset, step)`` of a batched env whose ``step`` takes no freeze flag."""
+    return env.reset, lambda k, s, a, p, flag: env.step(k, s, a, p)
+
+
+def frozen_through_state(env):
+    """``(reset, step)`` setting the freeze flag in the state, through any wrapper stack."""
+    return env.reset, lambda k, s, a, p, flag: env.step(k, rgx.set_update_stats(s, flag), a, p)
+
+
+def per_env(env, axis_name="envs"):
+    """Mode (b): a per-env wrapper under ``jax.vmap(..., axis_name=...)``, flag unmapped."""
+    reset = jax.vmap(env.reset, in_axes=(0, None), axis_name=axis_name)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None, None), axis_name=axis_name)
+    return reset, step
+
+
+PUREJAXRL = rn.normalize_reward(GAMMA, semantics="purejaxrl")
+GYMNASIUM = rn.normalize_reward(GAMMA)
+
+
+@functools.partial(jax.jit, static_argnames=("transform",))
+def core_stream(transform, rewards, terminated, truncated, update, start=None):
+    """The core transform fed a (T, N) raw stream in one ``lax.scan``."""
+
+    def body(state, xs):
+        reward, state = transform.step(state, *xs)
+        return state, reward
+
+    start = transform.init(rewards.shape[1:]) if start is None else start
+    return jax.lax.scan(body, start, (rewards, terminated, truncated, update))
+
+
+ENVS = ["CartPole-v1", "Pendulum-v1"]
+ALWAYS = jnp.ones(STEPS, bool)
+FREEZE_10_IN_50 = (jnp.arange(STEPS) % 50) < 40
+
+
+@functools.lru_cache(maxsize=None)
+def vmapped_rollouts(name):
+    """1024 envs through several wrapper stacks in lockstep, 200 steps.
+
+    ``bare``: the raw environment. ``a``: NormalizeReward around the batched
+    env. ``b``: per-env NormalizeReward with ``axis_name="envs"`` under
+    ``jax.vmap``. For Pendulum also ``outside`` / ``inside``: per-env
+    NormalizeReward outside or inside LogWrapper + FlattenObservationWrapper,
+    frozen 10 steps in 50 through the state.
+    Returns ``{label: (wrapper, final_state, (obs, reward, terminated, truncated))}``
+    and ``params``.
+    """
+    env, params = gymnax.make(name)
+    mode_a = rgx.NormalizeReward(rgx.VecEnv(env), GAMMA, semantics="purejaxrl")
+    mode_b = rgx.NormalizeReward(env, GAMMA, semantics="purejaxrl", axis_name="envs")
+    stacks = {
+        "bare": (rgx.VecEnv(env), plain, ALWAYS),
+        "a": (mode_a, lambda e: (e.reset, e.step), ALWAYS),
+        "b": (mode_b, per_env, ALWAYS),
+    }
+    if name == "Pendulum-v1":
+        outside = rgx.NormalizeReward(LogWrapper(FlattenObservationWrapper(env)), GAMMA)
+        inside = FlattenObservationWrapper(LogWrapper(rgx.NormalizeReward(env, GAMMA)))
+        stacks["outside"] = (outside, lambda e: frozen_through_state(rgx.VecEnv(e)), FREEZE_10_IN_50)
+        stacks["inside"] = (inside, lambda e: frozen_through_state(rgx.VecEnv(e)), FREEZE_10_IN_50)
+    labels = list(stacks)
+    states, outputs = lockstep(
+        tuple(stacks[k][1](stacks[k][0]) for k in labels),
+        env,
+        params,
+        jax.random.key(7),
+        tuple(stacks[k][2] for k in labels),
+    )
+    runs = {k: (stacks[k][0], state, out) for k, state, out in zip(labels, states, outputs)}
+    return runs, params
+
+
+# --- vmapped CartPole / Pendulum against the core and the reference --------------------------
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_batched_wrapper_equals_core_fed_the_raw_stream(name):
+    runs, _ = vmapped_rollouts(name)
+    _, _, (obs, raw, terminated, truncated) = runs["bare"]
+    _, state, (a_obs, a_reward, a_term, a_trunc) = runs["a"]
+    assert raw.shape == a_reward.shape == (STEPS, NUM_ENVS)
+    # the environment is untouched: same observations and flags
+    np.testing.assert_array_equal(a_obs, obs)
+    np.testing.assert_array_equal(a_term, terminated)
+    np.testing.assert_array_equal(a_trunc, truncated)
+    assert bool(jnp.any(terminated | truncated))  # episodes end inside the window
+    core_state, expected = core_stream(PUREJAXRL, raw, terminated, truncated, ALWAYS)
+    np.testing.assert_allclose(a_reward, expected, rtol=1e-6, atol=0)
+    assert rn.count_as_int(state.transform_state.stats) == STEPS * NUM_ENVS
+    for got, want in zip(jax.tree.leaves(state.transform_state), jax.tree.leaves(core_state)):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_per_env_wrapper_with_axis_name_shares_statistics(name):
+    runs, _ = vmapped_rollouts(name)
+    _, a_state, (_, a_reward, _, _) = runs["a"]
+    _, b_state, (b_obs, b_reward, _, _) = runs["b"]
+    np.testing.assert_array_equal(b_obs, runs["bare"][2][0])
+    np.testing.assert_allclose(b_reward, a_reward, rtol=1e-5)
+    stats = b_state.transform_state.stats
+    for leaf in jax.tree.leaves(stats):
+        assert leaf.shape == (NUM_ENVS,)  # every copy holds the same statistics
+        np.testing.assert_array_equal(leaf, np.broadcast_to(leaf[0], leaf.shape))
+    assert rn.count_as_int(stats)[0] == STEPS * NUM_ENVS
+    np.testing.assert_allclose(b_state.transform_state.ret, a_state.transform_state.ret, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ENVS)
+@pytest.mark.parametrize("mode", ["a", "b"])
+def test_both_modes_match_purejaxrl_style_reference(name, mode):
+    runs, _ = vmapped_rollouts(name)
+    _, _, (_, raw, terminated, truncated) = runs["bare"]
+    _, state, (_, reward, _, _) = runs[mode]
+    (mean, var, count, return_val), expected = purejaxrl_normalize_vec_reward(
+        raw, terminated, truncated
+    )
+    assert reward.dtype == expected.dtype == jnp.float32
+    np.testing.assert_allclose(reward, expected, rtol=1e-5)
+    stats = jax.tree.map(lambda x: x.reshape(-1)[0], state.transform_state.stats)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-5)
+    np.testing.assert_allclose(stats.var, var, rtol=1e-5)
+    np.testing.assert_allclose(stats.count, count, rtol=1e-7)
+    np.testing.assert_allclose(state.transform_state.ret, return_val, rtol=1e-5)
+
+
+# --- pytree conventions ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, batched",
+    [
+        (
+            lambda env: rgx.RewardTransformWrapper(
+                env, rn.chain(rn.normalize_reward(semantics="sb3"), rn.clip_reward(-5.0, 5.0))
+            ),
+            False,
+        ),
+        (lambda env: rgx.NormalizeReward(rgx.VecEnv(env)), True),
+    ],
+    ids=["chain", "batched"],
+)
+def test_reset_and_step_give_identical_pytrees_under_lax_cond(make, batched):
+    env, params = gymnax.make("CartPole-v1")
+    env = make(env)
+    key = jax.random.split(jax.random.key(0), 3) if batched else jax.random.key(0)
+    action = jnp.zeros(3, jnp.int32) if batched else jnp.int32(0)
+
+    def reset_or_step(pick_reset):
+        _, state = env.reset(key, params)
+        new_state = jax.lax.cond(  # raises at trace time unless both branches agree exactly
+            pick_reset,
+            lambda: env.reset(key, params)[1],
+            lambda: env.step(key, state, action, params)[1],
+        )
+        return state, new_state
+
+    state, new_state = jax.eval_shape(reset_or_step, True)
+    assert isinstance(state, rgx.RewardWrapperState)
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+    assert jax.tree.leaves(new_state) == jax.tree.leaves(state)  # shapes and dtypes
+
+
+def test_attribute_proxying_and_gymnax_base_class():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.ClipReward(env, 0.0, 1.0), gamma=0.9)
+    assert isinstance(wrapped, GymnaxWrapper)
+    assert wrapped.num_actions == env.num_actions == 2
+    assert wrapped.name == env.name
+    assert wrapped.default_params == env.default_params
+    assert wrapped.observation_space(params).shape == (4,)
+    assert (wrapped.gamma, wrapped.epsilon) == (0.9, 1e-8)
+    assert isinstance(wrapped.transform, rn.RewardTransform)
+
+
+# --- composition with gymnax's own wrappers -------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["outside", "inside"])
+def test_composes_with_log_and_flatten_wrappers_in_either_order(order):
+    """Per-env NormalizeReward outside or inside LogWrapper + FlattenObservationWrapper.
+
+    Without an axis name each environment keeps its own statistics; the freeze
+    schedule reaches the wrapper through the state, whatever wraps it.
+    """
+    runs, params = vmapped_rollouts("Pendulum-v1")
+    _, _, (raw_obs, raw, terminated, truncated) = runs["bare"]
+    stack, state, (obs, reward, _, _) = runs[order]
+    assert stack.observation_space(params).shape == (3,)
+    np.testing.assert_array_equal(obs, raw_obs)
+    expected = jax.vmap(  # one core per environment, same freeze schedule
+        lambda r, te, tr: core_stream(
+            GYMNASIUM, r[:, None], te[:, None], tr[:, None], FREEZE_10_IN_50
+        )[1][:, 0],
+        in_axes=1,
+        out_axes=1,
+    )(raw, terminated, truncated)
+    np.testing.assert_allclose(reward, expected, rtol=1e-6)
+    transform_state = rgx.get_transform_state(state)
+    assert isinstance(transform_state, rn.NormalizeRewardState)
+    learned_steps = int(FREEZE_10_IN_50.sum())
+    assert rn.count_as_int(transform_state.stats).tolist() == [learned_steps] * NUM_ENVS
+    # LogWrapper sums the rewards it sees: raw when inside ours, normalized when outside
+    log_state = state.env_state if order == "outside" else state
+    seen = raw if order == "outside" else reward
+    done = terminated | truncated
+    assert not bool(done[:-1].any()) and bool(done[-1].all())  # Pendulum: 200-step episodes
+    np.testing.assert_allclose(log_state.returned_episode_returns, seen.sum(0), rtol=1e-4)
+    # reading and writing the transform state through the stack
+    restored = rgx.set_transform_state(state, jax.device_get(transform_state))
+    assert type(restored) is type(state)
+    jax.tree.map(np.testing.assert_array_equal, rgx.get_transform_state(restored), transform_state)
+    fresh = jax.vmap(lambda _: GYMNASIUM.init())(jnp.arange(NUM_ENVS))
+    reset_stats = rgx.get_transform_state(rgx.set_transform_state(state, fresh)).stats
+    assert rn.count_as_int(reset_stats).tolist() == [0] * NUM_ENVS
+
+
+# --- statistics survive evaluation ---------------------------------------------------------
+
+EVAL_ENVS, EVAL_STEPS = 16, 40
+EVAL_SCHEDULE = jnp.arange(EVAL_STEPS) >= 20  # frozen evaluation, then learning again
+
+
+@functools.partial(jax.jit, static_argnames=("stacks",))
+def evaluate(stacks, params, keys, stats_from):
+    """Resets each stack with ``stats_from`` and runs CartPole with action 1 in lockstep."""
+    starts = tuple(reset(keys, params, kept)[1] for (reset, _), kept in zip(stacks, stats_from))
+    actions = jnp.ones(keys.shape[0], jnp.int32)
+
+    def body(states, flag):
+        results = [step(keys, state, actions, params, flag) for (_, step), state in zip(stacks, states)]
+        return tuple(r[1] for r in results), tuple((r[2], r[3], r[4]) for r in results)
+
+    return starts, jax.lax.scan(body, starts, EVAL_SCHEDULE)
+
+
+@functools.lru_cache(maxsize=None)
+def evaluations():
+    """Both modes evaluated on 16 envs from the statistics learned by 1024 (and restored)."""
+    runs, params = vmapped_rollouts("CartPole-v1")
+    mode_a, mode_b = runs["a"][0], runs["b"][0]
+    stacks = (
+        (mode_a.reset, mode_a.step),  # the flag goes straight to step
+        (
+            jax.vmap(mode_b.reset, in_axes=(0, None, None), axis_name="envs"),
+            jax.vmap(mode_b.step, in_axes=(0, 0, 0, None, None), axis_name="envs"),
+        ),
+    )
+    learned_a = rgx.get_transform_state(runs["a"][1])
+    learned_b = jax.tree.map(lambda x: x[0], rgx.get_transform_state(runs["b"][1]))  # copy 0
+    stats_from = (learned_a, learned_b)
+    keys = jax.random.split(jax.random.key(12), EVAL_ENVS)
+    # statistics checkpointed to bytes and restored
+    restored = serialization.from_bytes(stats_from, serialization.to_bytes(stats_from))
+    run = evaluate(stacks, params, keys, stats_from)
+    return run, evaluate(stacks, params, keys, restored), stats_from
+
+
+@pytest.mark.parametrize("mode", ["a", "b"])
+def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
+    """Evaluate 16 envs with the statistics learned by 1024, frozen then learning again."""
+    runs, _ = vmapped_rollouts("CartPole-v1")
+    np.testing.assert_array_equal(runs["bare"][2][1], 1.0)  # CartPole's raw reward is always 1
+    (starts, (finals, outputs)), (_, (_, restored_outputs)), stats_from = evaluations()
+    index = "ab".index(mode)
+    start, final = starts[index], finals[index]
+    reward, terminated, truncated = outputs[index]
+    learned_stats = jax.tree.map(lambda x: x.reshape(-1)[0], stats_from[index].stats)
+    kept = start.transform_state
+    for got, want in zip(jax.tree.leaves(kept.stats), jax.tree.leaves(learned_stats)):
+        np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))  # stats kept
+    np.testing.assert_array_equal(kept.ret, np.zeros(EVAL_ENVS))  # new episodes, new returns
+    assert bool(jnp.all(start.update_stats))
+    # frozen: rewards scaled by the learned statistics, which do not move
+    frozen = int((~EVAL_SCHEDULE).sum())
+    np.testing.assert_allclose(
+        reward[:frozen], 1.0 / np.sqrt(float(learned_stats.var) + 1e-8) * np.ones((frozen, EVAL_ENVS)),
+        rtol=1e-6,
+    )
+    count = rn.count_as_int(final.transform_state.stats).reshape(-1)
+    assert set(count.tolist()) == {STEPS * NUM_ENVS + int(EVAL_SCHEDULE.sum()) * EVAL_ENVS}
+    # the whole run equals the core fed the same stream with the same schedule
+    core_start = rn.NormalizeRewardState(stats=learned_stats, ret=jnp.zeros(EVAL_ENVS))
+    _, expected = core_stream(
+        PUREJAXRL, jnp.ones((EVAL_STEPS, EVAL_ENVS)), terminated, truncated, EVAL_SCHEDULE,
+        core_start,
+    )
+    np.testing.assert_allclose(reward, expected, rtol=1e-6)
+    # restored from a byte checkpoint: the same evaluation
+    np.testing.assert_array_equal(restored_outputs[index][0], reward)
+
+
+# --- invalid arguments -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda env: rgx.NormalizeReward(env, gamma=99), "gamma"),
+        (lambda env: rgx.NormalizeReward(env, epsilon=0.0), "epsilon"),
+        (lambda env: rgx.NormalizeReward(env, semantics="brax"), "semantics"),
+        (lambda env: rgx.NormalizeReward(env, clip=-1.0), "clip"),
+        (lambda env: rgx.NormalizeReward(env, dtype=jnp.float16), "dtype"),
+        (lambda env: rgx.ClipReward(env, 1.0, -1.0), "low"),
+        (lambda env: rgx.TransformReward(env, 3.0), "fn"),
+        (lambda env: rgx.RewardTransformWrapper(env, jnp.tanh), "transform"),
+    ],
+)
+def test_invalid_arguments_raise_value_error(build, message):
+    env, _ = gymnax.make("CartPole-v1")
+    with pytest.raises(ValueError, match=message):
+        build(env)
+
+
+def test_invalid_calls_raise_value_error_at_trace_time():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.VecEnv(env))
+    keys = jax.random.split(jax.random.key(0), 4)
+    actions = jnp.zeros(4, jnp.int32)
+    _, state = jax.eval_shape(wrapped.reset, keys, params)
+    with pytest.raises(ValueError, match="update_stats"):
+        jax.eval_shape(wrapped.step, keys, state, actions, params, jnp.ones(4, bool))
+    with pytest.raises(ValueError, match="stats_from"):
+        jax.eval_shape(wrapped.reset, keys, params, rn.clip_reward().init())
+    other_shape = GYMNASIUM.init().replace(stats=rn.init_stats((4,)))
+    with pytest.raises(ValueError, match="stats_from"):
+        jax.eval_shape(wrapped.reset, keys, params, other_shape)
+    with pytest.raises(ValueError, match="batch_shape"):  # a transform state of another batch
+        jax.eval_shape(
+            wrapped.step, keys, state.replace(transform_state=GYMNASIUM.init((3,))), actions, params
+        )
+    with pytest.raises(ValueError, match="transform_state"):
+        rgx.set_transform_state(state, GYMNASIUM.init((5,)))
+    with pytest.raises(ValueError, match="RewardWrapperState"):
+        rgx.get_transform_state(jax.eval_shape(env.reset, jax.random.key(0), params)[1])
