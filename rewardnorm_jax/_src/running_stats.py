@@ -41,6 +41,8 @@ weight :math:`W` (prior included) is kept in ``weight``; see :func:`update`
 for the formulas and the bias correction.
 """
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,6 +181,23 @@ def _add_count(stats: RunningStats, batch_count: jax.Array):
     return stats.count_hi + carry, low
 
 
+def _count_increment(batch_count, mask, reduce, num_batch_axes: int, axis_name):
+    """The batch's sample count as a ``uint32``, exactly.
+
+    ``batch_count`` (the moments' float sum of ones) is exact whenever one
+    participant reduces at most :math:`2^{p}` entries (``p`` the mantissa bits
+    plus one: :math:`2^{24}` in float32): every partial sum is then an integer
+    the float holds, in any summation order. It is converted rather than summed
+    again as ``uint32``, which on CPU is a slow scalar loop beside the
+    vectorized float sums. Larger batches, and sums across ``axis_name``, count
+    in ``uint32``.
+    """
+    mantissa_bits = jnp.finfo(batch_count.dtype).nmant + 1
+    if axis_name is None and math.prod(mask.shape[:num_batch_axes]) <= 2**mantissa_bits:
+        return batch_count.astype(jnp.uint32)
+    return reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
+
+
 def make_reduce(num_batch_axes: int, axis_name=None):
     """Sum over the leading ``num_batch_axes`` axes, then across ``axis_name``."""
 
@@ -273,7 +292,9 @@ def update(
     delta_m2 = jnp.where(mean_ok & ~jnp.isnan(delta_m2), delta_m2, jnp.inf)
     mean, mean_low = _two_sum(stats.mean, stats.mean_low, delta_mean)
     m2, m2_low = _two_sum(m2, m2_low, delta_m2)
-    count_hi, count_lo = _add_count(stats, reduce(mask.astype(jnp.uint32)).astype(jnp.uint32))
+    count_hi, count_lo = _add_count(
+        stats, _count_increment(batch_count, mask, reduce, num_batch_axes, axis_name)
+    )
     return stats.replace(
         mean=mean, mean_low=mean_low, m2=m2, m2_low=m2_low, count_hi=count_hi,
         count_lo=count_lo, weight=None if stats.decay is None else new_count,
