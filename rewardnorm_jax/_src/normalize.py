@@ -96,9 +96,7 @@ def return_step(
 def running_max(old, values, mask, axis_name=None) -> jax.Array:
     """``max(old, max of the masked values)``, reducing leading axes to ``old``'s shape."""
     num_batch_axes = values.ndim - old.ndim
-    batch_max = jnp.max(
-        jnp.where(mask, values, old), axis=tuple(range(num_batch_axes))
-    ) if num_batch_axes else jnp.where(mask, values, old)
+    batch_max = jnp.max(jnp.where(mask, values, old), axis=tuple(range(num_batch_axes)))
     if axis_name is not None:
         batch_max = jax.lax.pmax(batch_max, axis_name)
     return jnp.maximum(old, batch_max)
