@@ -1,0 +1,142 @@
+"""Timing protocol shared by the benchmark scripts.
+
+Absolute times on a shared machine move by 2-3x from run to run; ratios
+between variants timed in the same process, in turn, do not. So every script
+times its variants with :func:`compare`:
+
+* every variant is called once before timing (compilation and caches stay
+  outside the timed region);
+* the variants then run in turn, ``A, B, C, A, B, C, ...``, so that a burst of
+  background load hits all of them alike;
+* every timed result is passed to ``jax.block_until_ready`` (asynchronous
+  dispatch would otherwise time only the launch);
+* the figure kept for each variant is the minimum over ``repeats`` (>= 20)
+  calls, the least disturbed run.
+
+A variant is a zero-argument callable returning anything (a pytree of JAX or
+NumPy arrays). :func:`environment` and :func:`markdown_table` give every
+script the same results header and table format.
+"""
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+
+MIN_REPEATS = 20
+
+
+def compare(
+    variants: Mapping[str, Callable[[], Any]], repeats: int = MIN_REPEATS
+) -> dict[str, float]:
+    """Minimum wall time in seconds of each variant, timed in alternation.
+
+    Args:
+      variants: name -> zero-argument callable; its result is blocked on.
+      repeats: timed calls per variant (after one untimed warm-up call).
+
+    Returns:
+      name -> minimum seconds per call, in the order of ``variants``.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats should be >= 1, got repeats={repeats!r}.")
+    for fn in variants.values():
+        jax.block_until_ready(fn())
+    best = {name: float("inf") for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            jax.block_until_ready(fn())
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--repeats`` and ``--markdown`` to a script's parser."""
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=MIN_REPEATS,
+        help=f"timed calls per variant, alternating; the minimum is kept (default {MIN_REPEATS})",
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the results as a Markdown table"
+    )
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or the platform's guess)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy")) -> str:
+    """One line naming the machine, the JAX backend, the date and versions."""
+    versions = ", ".join(f"{p} {_version(p)}" for p in packages)
+    device = jax.devices()[0]
+    return (
+        f"{os.cpu_count()} x {cpu_model()}, JAX backend {device.platform} "
+        f"({device.device_kind}), Python {platform.python_version()}, {versions}, "
+        f"{datetime.date.today().isoformat()}"
+    )
+
+
+def command_line() -> str:
+    """The command that ran this script, for the results header."""
+    return "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub Markdown table; floats are printed with 3 significant digits."""
+
+    def cell(value):
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """The same table as aligned plain text."""
+    cells = [list(headers)] + [
+        [f"{v:.3g}" if isinstance(v, float) else str(v) for v in row] for row in rows
+    ]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
+
+
+def print_results(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], markdown: bool,
+    packages: Sequence[str] = ("jax", "jaxlib", "numpy"),
+) -> None:
+    """Prints a results table, with the machine and command header in Markdown mode."""
+    if markdown:
+        print(f"### {title}\n")
+        print(f"Machine: {environment(packages)}  ")
+        print(f"Command: `{command_line()}`\n")
+        print(markdown_table(headers, rows))
+        print()
+    else:
+        print(title)
+        print(plain_table(headers, rows))
+        print()

@@ -1,0 +1,233 @@
+"""Normalizing a (T, N) reward stream: ours vs Gymnasium vs naive JAX vs the memory floor.
+
+Every variant normalizes the same stream of ``T`` steps of ``N`` environments
+(standard-normal rewards, episodes terminating with probability ``--done-prob``
+per step) and writes one normalized reward per input reward:
+
+* ``floor``: a jitted ``lax.scan`` that reads each reward once, carries ``N``
+  floats (``c <- 0.99 c + r``) and writes one output: what any scan over the
+  stream costs, whatever it computes.
+* ``floor+sum``: the floor plus one sum over the batch per step, which the
+  step's output depends on: the least any normalizer by post-update batch
+  statistics does (it cannot scale step ``t`` before summing step ``t``).
+* ``ours``: a jitted ``lax.scan`` over ``rewardnorm_jax.normalize_reward``'s
+  ``step`` (Gymnasium semantics, float32), with Gymnasium's vector autoreset
+  convention (an environment sits out the step after its episode ended, via
+  ``active``), so it computes exactly what Gymnasium's vector wrapper does;
+  the script checks that both outputs agree.
+* ``naive``: a jitted ``lax.scan`` over PureJaxRL's ``NormalizeVecReward``
+  arithmetic (two-pass ``jnp.mean`` / ``jnp.var``, float32 count, no masks).
+* ``gymnasium``: Gymnasium's ``gymnasium.wrappers.vector.NormalizeReward``
+  around a vector environment that replays the stream from NumPy arrays;
+  ``replay`` is that environment's loop alone (the part of Gymnasium's time
+  that is not the wrapper's).
+
+Times are microseconds per step (all ``N`` environments), the minimum over
+``--repeats`` alternating calls (see ``_timing.py``).
+
+Usage::
+
+    python benchmarks/stream.py                      # N = 64, 1024, 4096, 65536
+    python benchmarks/stream.py --sizes 4096 --markdown
+"""
+
+import argparse
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.wrappers.vector import NormalizeReward as GymnasiumNormalizeReward
+
+import rewardnorm_jax as rn
+from _timing import add_common_args, compare, print_results
+
+GAMMA = 0.99
+EPSILON = 1e-8
+
+
+def make_stream(steps: int, num_envs: int, done_prob: float = 0.01, seed: int = 0):
+    """Float32 rewards and boolean terminations of shape ``(steps, num_envs)``, NumPy."""
+    rng = np.random.default_rng(seed)
+    rewards = rng.standard_normal((steps, num_envs), dtype=np.float32)
+    terminated = rng.random((steps, num_envs)) < done_prob
+    return rewards, terminated
+
+
+@jax.jit
+def floor_scan(rewards):
+    """Reads each reward once, carries ``N`` floats, writes one output per reward."""
+
+    def body(carry, reward):
+        carry = GAMMA * carry + reward
+        return carry, carry
+
+    return jax.lax.scan(body, jnp.zeros_like(rewards[0]), rewards)[1]
+
+
+@jax.jit
+def floor_sum_scan(rewards):
+    """The floor plus one batch sum per step that the output waits for."""
+
+    def body(carry, reward):
+        carry = GAMMA * carry + reward
+        total = jnp.sum(carry)
+        return carry, reward * jax.lax.rsqrt(total * total + 1.0)
+
+    return jax.lax.scan(body, jnp.zeros_like(rewards[0]), rewards)[1]
+
+
+_NORM = rn.normalize_reward(GAMMA, EPSILON)
+
+
+@jax.jit
+def ours_scan(rewards, terminated):
+    """``normalize_reward().step`` under Gymnasium's vector (next-step autoreset) convention."""
+    num_envs = rewards.shape[1]
+
+    def body(carry, inputs):
+        state, previous_done = carry
+        reward, done = inputs
+        out, state = _NORM.step(state, reward, done, False, active=~previous_done)
+        return (state, done), out
+
+    init = (_NORM.init((num_envs,)), jnp.zeros(num_envs, bool))
+    return jax.lax.scan(body, init, (rewards, terminated))[1]
+
+
+def inline_init(num_envs: int):
+    """State of :func:`inline_step`: ``(mean, var, count, return)``, float32."""
+    return (
+        jnp.float32(0.0),
+        jnp.float32(1.0),
+        jnp.float32(1e-4),
+        jnp.zeros(num_envs, jnp.float32),
+    )
+
+
+def inline_step(state, reward, done, gamma=GAMMA):
+    """PureJaxRL's ``NormalizeVecReward`` arithmetic, as written there (two passes)."""
+    mean, var, count, return_val = state
+    return_val = return_val * gamma * (1 - done) + reward
+    batch_mean = jnp.mean(return_val, axis=0)
+    batch_var = jnp.var(return_val, axis=0)
+    batch_count = reward.shape[0]
+    delta = batch_mean - mean
+    tot_count = count + batch_count
+    new_mean = mean + delta * batch_count / tot_count
+    m_a = var * count
+    m_b = batch_var * batch_count
+    m2 = m_a + m_b + jnp.square(delta) * count * batch_count / tot_count
+    new_var = m2 / tot_count
+    return reward / jnp.sqrt(new_var + 1e-8), (new_mean, new_var, tot_count, return_val)
+
+
+@jax.jit
+def naive_scan(rewards, terminated):
+    """A naive two-pass normalizer: :func:`inline_step` in a scan."""
+
+    def body(state, inputs):
+        out, state = inline_step(state, *inputs)
+        return state, out
+
+    return jax.lax.scan(body, inline_init(rewards.shape[1]), (rewards, terminated))[1]
+
+
+class ReplayVectorEnv(VectorEnv):
+    """A vector environment whose steps replay a recorded (T, N) reward stream."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, rewards: np.ndarray, terminated: np.ndarray):
+        self.rewards, self.terminated = rewards, terminated
+        self.num_envs = rewards.shape[1]
+        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (self.num_envs, 1), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete(np.full(self.num_envs, 2))
+        self._obs = np.zeros((self.num_envs, 1), np.float32)
+        self._truncated = np.zeros(self.num_envs, bool)
+        self._t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self._t = 0
+        return self._obs, {}
+
+    def step(self, actions):
+        t, self._t = self._t, self._t + 1
+        return self._obs, self.rewards[t], self.terminated[t], self._truncated, {}
+
+
+def run_stream(env, steps: int) -> np.ndarray:
+    """Steps ``env`` through the whole stream; returns the rewards it emitted."""
+    out = np.empty((steps, env.num_envs), np.float64)
+    env.reset()
+    for t in range(steps):
+        out[t] = env.step(None)[1]
+    return out
+
+
+def measure(num_envs: int, steps: int, repeats: int, done_prob: float) -> dict:
+    """Times every variant on one stream; checks ours against Gymnasium."""
+    rewards, terminated = make_stream(steps, num_envs, done_prob)
+    rewards_jax, terminated_jax = jnp.asarray(rewards), jnp.asarray(terminated)
+    replay = ReplayVectorEnv(rewards, terminated)
+    gymnasium = GymnasiumNormalizeReward(ReplayVectorEnv(rewards, terminated), GAMMA, EPSILON)
+
+    expected = run_stream(gymnasium, steps)
+    got = np.asarray(ours_scan(rewards_jax, terminated_jax), np.float64)
+    rel_err = float(np.max(np.abs(got - expected) / np.maximum(np.abs(expected), 1e-3)))
+    if not rel_err < 1e-3:
+        raise AssertionError(f"ours differs from Gymnasium's vector wrapper: rel. error {rel_err}")
+
+    times = compare(
+        {
+            "floor": lambda: floor_scan(rewards_jax),
+            "floor+sum": lambda: floor_sum_scan(rewards_jax),
+            "ours": lambda: ours_scan(rewards_jax, terminated_jax),
+            "naive": lambda: naive_scan(rewards_jax, terminated_jax),
+            "gymnasium": lambda: run_stream(gymnasium, steps),
+            "replay": lambda: run_stream(replay, steps),
+        },
+        repeats,
+    )
+    return {name: seconds / steps * 1e6 for name, seconds in times.items()} | {"rel_err": rel_err}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[64, 1024, 4096, 65536],
+        help="numbers of environments N (default: 64 1024 4096 65536)",
+    )
+    parser.add_argument("--steps", type=int, default=1000, help="stream length T (default 1000)")
+    parser.add_argument(
+        "--done-prob", type=float, default=0.01,
+        help="per-step termination probability (default 0.01)",
+    )
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+
+    headers = [
+        "N", "floor us/step", "floor+sum us/step", "ours us/step", "naive us/step",
+        "gymnasium us/step", "replay alone us/step", "ours/floor", "ours/(floor+sum)",
+        "naive/floor", "gymnasium/ours", "max rel. diff ours vs gymnasium",
+    ]
+    rows = []
+    for num_envs in args.sizes:
+        us = measure(num_envs, args.steps, args.repeats, args.done_prob)
+        rows.append([
+            num_envs, us["floor"], us["floor+sum"], us["ours"], us["naive"], us["gymnasium"],
+            us["replay"], us["ours"] / us["floor"], us["ours"] / us["floor+sum"],
+            us["naive"] / us["floor"], us["gymnasium"] / us["ours"],
+            f"{us['rel_err']:.1e}",
+        ])
+    print_results(
+        f"Reward stream, T={args.steps} steps, float32", headers, rows, args.markdown,
+        packages=("jax", "jaxlib", "numpy", "gymnasium"),
+    )
+
+
+if __name__ == "__main__":
+    main()

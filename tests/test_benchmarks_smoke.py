@@ -1,0 +1,80 @@
+"""Smoke runs of the benchmark scripts with tiny sizes (no timing is asserted).
+
+Each script's ``main`` runs in-process with a few environments and steps; the
+checks are on the printed table: every variant was timed (positive, finite
+figures) and the scripts' own agreement checks passed (ours against
+Gymnasium's vector wrapper in ``stream.py``, against the inline PureJaxRL
+normalizer in ``rollout.py``; those raise on a mismatch).
+"""
+
+import importlib
+import math
+import os
+import sys
+
+import pytest
+
+BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+sys.path.insert(0, BENCHMARKS)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The data rows of the Markdown table in ``text``, as lists of cells."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3, text  # header, separator, at least one row
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def assert_positive_numbers(cells):
+    for cell in cells:
+        value = float(cell.rstrip("%"))
+        assert math.isfinite(value) and value > 0, cells
+
+
+def run_main(module_name, argv, capsys) -> str:
+    importlib.import_module(module_name).main(argv)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("module_name", ["stream", "rollout", "scaling"])
+def test_help(module_name, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_main(module_name, ["--help"], capsys)
+    assert exit_info.value.code == 0
+    assert "--markdown" in capsys.readouterr().out
+
+
+def test_stream(capsys):
+    out = run_main(
+        "stream", ["--sizes", "8", "64", "--steps", "50", "--repeats", "2", "--markdown"], capsys
+    )
+    assert "Machine:" in out and "gymnasium" in out
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["8", "64"]
+    for row in rows:
+        assert_positive_numbers(row[1:11])
+        assert float(row[11]) < 1e-3  # ours against Gymnasium's vector wrapper
+
+
+def test_rollout(capsys):
+    out = run_main(
+        "rollout",
+        ["--env-names", "Pendulum-v1", "--envs", "8", "--steps", "20", "--repeats", "2",
+         "--markdown"],
+        capsys,
+    )
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["Pendulum-v1"]
+    for row in rows:
+        assert_positive_numbers(row[1:4] + row[6:7])
+        assert float(row[7]) < 1e-2  # ours against the inline normalizer
+
+
+def test_scaling(capsys):
+    out = run_main(
+        "scaling", ["--max-envs", "16", "--steps", "20", "--repeats", "2", "--markdown"], capsys
+    )
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["1", "4", "16"]
+    for row in rows:
+        assert_positive_numbers(row[1:])
