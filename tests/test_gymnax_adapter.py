@@ -382,6 +382,34 @@ def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
     np.testing.assert_array_equal(restored_outputs[index][0], reward)
 
 
+def test_stats_from_keeps_everything_but_the_returns():
+    """A chain with a running max |G| and moving percentiles, resumed on fewer envs."""
+    env, params = gymnax.make("CartPole-v1")
+    transform = rn.chain(rn.normalize_reward(g_max=5.0), rn.percentile_scale_reward())
+    rewards = jax.random.normal(jax.random.key(4), (6, 8))
+    flags = jnp.zeros((6, 8), bool)
+    learned, _ = core_stream(transform, rewards, flags, flags, jnp.ones(6, bool))
+    wrapped = rgx.RewardTransformWrapper(rgx.VecEnv(env), transform)
+    _, state = wrapped.reset(jax.random.split(jax.random.key(5), 3), params, learned)
+    kept = state.transform_state
+    for sub_state in kept:
+        np.testing.assert_array_equal(sub_state.ret, np.zeros(3))
+    for sub_kept, sub_learned in zip(kept, learned):
+        assert float(jnp.abs(sub_learned.ret).max()) > 0
+        restarted = sub_kept.replace(ret=sub_learned.ret)
+        jax.tree.map(np.testing.assert_array_equal, restarted, sub_learned)
+    assert float(kept[0].ret_abs_max) > 0 and rn.count_as_int(kept[0].stats) == 48
+
+
+def test_normalize_reward_passes_options_to_the_core():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.VecEnv(env), shared=False, clip=3.0)
+    _, state = jax.eval_shape(wrapped.reset, jax.random.split(jax.random.key(0), 5), params)
+    assert state.transform_state.stats.mean.shape == (5,)  # one set per environment
+    with pytest.raises(TypeError, match="no_such_option"):
+        rgx.NormalizeReward(env, no_such_option=1)
+
+
 # --- invalid arguments -------------------------------------------------------------------
 
 

@@ -6,13 +6,15 @@ API:
   :class:`~rewardnorm_jax.RewardTransform` (including ``chain(...)``) applied
   to every reward. Named wrappers built on it:
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
-  clip=<semantics default>, dtype=None, axis_name=None)``,
+  clip=<semantics default>, dtype=None, axis_name=None, **options)`` (options
+  ``decay``, ``shared``, ``g_max`` go to ``rewardnorm_jax.normalize_reward``),
   ``TransformReward(env, fn)``, ``ClipReward(env, low=-1.0, high=1.0)``.
 * ``wrapper.reset(key, params=None, stats_from=None) -> (obs, state)`` and
   ``wrapper.step(key, state, action, params=None, update_stats=True) ->
   (obs, state, reward, terminated, truncated, info)``, both jitted with a
-  static ``self``. ``stats_from``: a transform state whose running statistics
-  the reset keeps (returns restart). ``update_stats``: scalar, possibly traced,
+  static ``self``. ``stats_from``: a transform state to continue from; its
+  tracked returns (``ret``) restart, everything else (statistics) is kept.
+  ``update_stats``: scalar, possibly traced,
   boolean; ``False`` freezes the statistics.
 * ``RewardWrapperState(env_state, transform_state, update_stats)``: the
   wrapper state (a ``flax.struct`` dataclass).

@@ -6,8 +6,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rewardnorm_jax import RunningStats
-
 PyTree = Any
 
 
@@ -115,32 +113,43 @@ def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
             )
 
 
-def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
-    """``fresh`` with every :class:`~rewardnorm_jax.RunningStats` taken from ``stats_from``.
+RETURN_FIELD = "ret"  # the tracked discounted return in every core transform state
 
-    Everything else (tracked returns, any per-environment state) stays as in
-    ``fresh``, so the two may differ in batch size.
+
+def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
+    """``stats_from`` with its tracked returns taken from ``fresh``.
+
+    Every field named ``ret`` (the tracked discounted return of
+    :class:`~rewardnorm_jax.NormalizeRewardState` and of the percentile
+    scaler's state) comes from ``fresh``, a newly initialised transform state,
+    so the returns restart at zero and may have another batch size. Everything
+    else (running statistics, percentiles, the running max of ``|G|``) comes
+    from ``stats_from`` and must match ``fresh`` in shape and dtype.
 
     Raises:
-      ValueError: if the two differ in structure, or a kept
-        :class:`~rewardnorm_jax.RunningStats` differs in shape or dtype.
+      ValueError: if the two differ in structure, or a kept leaf differs in
+        shape or dtype.
     """
-
-    def is_stats(node) -> bool:
-        return isinstance(node, RunningStats)
-
-    fresh_def = jax.tree.structure(fresh, is_leaf=is_stats)
-    given_def = jax.tree.structure(stats_from, is_leaf=is_stats)
+    fresh_def, given_def = jax.tree.structure(fresh), jax.tree.structure(stats_from)
     if fresh_def != given_def:
         raise ValueError(
             f"stats_from has structure {given_def}, expected {fresh_def} (a "
             "transform state of this wrapper, e.g. get_transform_state(state))."
         )
 
-    def pick(fresh_node, given_node):
-        if not is_stats(fresh_node):
-            return fresh_node
-        check_same_layout(fresh_node, given_node, "stats_from")
-        return given_node
+    def pick(path, fresh_leaf, given_leaf):
+        last = path[-1] if path else None
+        if isinstance(last, jax.tree_util.GetAttrKey) and last.name == RETURN_FIELD:
+            return fresh_leaf
+        if jnp.shape(fresh_leaf) != jnp.shape(given_leaf) or (
+            jnp.result_type(fresh_leaf) != jnp.result_type(given_leaf)
+        ):
+            raise ValueError(
+                f"stats_from{jax.tree_util.keystr(path)} has shape {jnp.shape(given_leaf)} "
+                f"and dtype {jnp.result_type(given_leaf)}, expected shape "
+                f"{jnp.shape(fresh_leaf)} and dtype {jnp.result_type(fresh_leaf)} "
+                "(only the tracked returns may change batch size)."
+            )
+        return given_leaf
 
-    return jax.tree.map(pick, fresh, stats_from, is_leaf=is_stats)
+    return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)

@@ -20,7 +20,7 @@ def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
     Typed keys (``jax.random.key``) have the batch's shape; raw ``uint32``
     keys (``jax.random.PRNGKey``) carry the key data on a trailing axis.
     """
-    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    key = jnp.asarray(key)
     if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
         return tuple(key.shape)
     return tuple(key.shape[:-1])
@@ -57,8 +57,9 @@ class RewardTransformWrapper(GymnaxWrapper):
       merged across the mapped axis at each step.
 
     Statistics outlive evaluation: ``reset(key, params, stats_from=ts)`` starts
-    new episodes but keeps the running statistics of the transform state
-    ``ts``; :func:`get_transform_state` / :func:`set_transform_state` read and
+    new episodes from the transform state ``ts``, keeping its statistics while
+    its tracked returns restart at zero (the batch size may differ);
+    :func:`get_transform_state` / :func:`set_transform_state` read and
     write the transform state (checkpoints); ``step(..., update_stats=False)``
     or :func:`set_update_stats` freezes the statistics while rewards are still
     transformed.
@@ -118,12 +119,18 @@ class RewardTransformWrapper(GymnaxWrapper):
             environment, which sets the transform state's batch shape.
           params: environment parameters (default: the environment's own).
           stats_from: optional transform state (e.g.
-            ``get_transform_state(state)``) whose running statistics are kept;
-            the tracked returns restart as for a fresh reset, so its batch size
-            may differ. Default: fresh statistics.
+            ``get_transform_state(state)``) to continue from: its tracked
+            returns (fields named ``ret``) restart at zero as for a fresh
+            reset, so its batch size may differ; everything else (running
+            statistics, percentiles, running max of ``|G|``) is kept.
+            Default: a fresh transform state.
 
         Returns:
           ``(obs, state)``; statistics learn in the new state.
+
+        Raises:
+          ValueError: if ``stats_from`` is not a state of this wrapper's
+            transform, or differs from it in shape or dtype outside ``ret``.
         """
         obs, env_state = self._env.reset(key, params)
         transform_state = self._transform.init(batch_shape_of_key(key))
@@ -236,6 +243,7 @@ class NormalizeReward(RewardTransformWrapper):
         clip: Any = _SEMANTICS_DEFAULT,
         dtype=None,
         axis_name=None,
+        **options,
     ):
         """Wraps ``env``.
 
@@ -251,16 +259,20 @@ class NormalizeReward(RewardTransformWrapper):
           dtype: float32 or float64 statistics; default float64 under x64.
           axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
             to share the statistics across, for a per-environment wrapper.
+          **options: further options of :func:`rewardnorm_jax.normalize_reward`
+            (``decay``, ``shared``, ``g_max``), passed through.
 
         Raises:
           ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive
-            clip, an unknown semantics or an unsupported dtype.
+            clip, an unknown semantics, an unsupported dtype or an invalid
+            option.
         """
-        clip_kwarg = {} if clip is _SEMANTICS_DEFAULT else {"clip": clip}
+        if clip is not _SEMANTICS_DEFAULT:
+            options["clip"] = clip
         super().__init__(
             env,
             rn.normalize_reward(
-                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **clip_kwarg
+                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
             ),
         )
         self.gamma = float(gamma)
@@ -278,9 +290,7 @@ class TransformReward(RewardTransformWrapper):
       >>> from rewardnorm_jax.gymnax import TransformReward
       >>> env, params = gymnax.make("CartPole-v1")
       >>> env = TransformReward(env, lambda r: 2.0 * r)
-      >>> key = jax.random.key(0)
-      >>> obs, state = env.reset(key, params)
-      >>> float(env.step(key, state, 0, params)[2])
+      >>> float(env.transform.normalize(env.transform.init(), 1.0))   # each reward doubled
       2.0
 
     Change logs:
@@ -303,10 +313,8 @@ class ClipReward(RewardTransformWrapper):
       >>> from rewardnorm_jax.gymnax import ClipReward
       >>> env, params = gymnax.make("Pendulum-v1")
       >>> env = ClipReward(env, -1.0, 0.0)
-      >>> key = jax.random.key(0)
-      >>> obs, state = env.reset(key, params)
-      >>> float(env.step(key, state, jnp.array([0.0]), params)[2]) >= -1.0
-      True
+      >>> env.transform.normalize(env.transform.init(), jnp.array([-16.2, -0.5])).tolist()
+      [-1.0, -0.5]
 
     Change logs:
       * v0.1.0 - Initially added.
