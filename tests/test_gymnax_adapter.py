@@ -1,6 +1,7 @@
-"""rewardnorm_jax.gymnax: the wrappers against the core, a PureJaxRL-style reference, gymnax's own wrappers."""
+"""rewardnorm_jax.gymnax against the core, a PureJaxRL-style reference and gymnax's wrappers."""
 
 import functools
+
 import gymnax
 import jax
 import jax.numpy as jnp
@@ -92,8 +93,9 @@ def plain(env):
     return env.reset, lambda k, s, a, p, flag: env.step(k, s, a, p)
 
 
-def frozen_through_state(env):
-    """``(reset, step)`` setting the freeze flag in the state, through any wrapper stack."""
+def batched_frozen_through_state(env):
+    """``(reset, step)`` of ``VecEnv(env)``, the freeze flag set in the state through the stack."""
+    env = rgx.VecEnv(env)
     return env.reset, lambda k, s, a, p, flag: env.step(k, rgx.set_update_stats(s, flag), a, p)
 
 
@@ -148,8 +150,8 @@ def vmapped_rollouts(name):
     if name == "Pendulum-v1":
         outside = rgx.NormalizeReward(LogWrapper(FlattenObservationWrapper(env)), GAMMA)
         inside = FlattenObservationWrapper(LogWrapper(rgx.NormalizeReward(env, GAMMA)))
-        stacks["outside"] = (outside, lambda e: frozen_through_state(rgx.VecEnv(e)), FREEZE_10_IN_50)
-        stacks["inside"] = (inside, lambda e: frozen_through_state(rgx.VecEnv(e)), FREEZE_10_IN_50)
+        stacks["outside"] = (outside, batched_frozen_through_state, FREEZE_10_IN_50)
+        stacks["inside"] = (inside, batched_frozen_through_state, FREEZE_10_IN_50)
     labels = list(stacks)
     states, outputs = lockstep(
         tuple(stacks[k][1](stacks[k][0]) for k in labels),
@@ -292,7 +294,7 @@ def test_composes_with_log_and_flatten_wrappers_in_either_order(order):
     assert isinstance(transform_state, rn.NormalizeRewardState)
     learned_steps = int(FREEZE_10_IN_50.sum())
     assert rn.count_as_int(transform_state.stats).tolist() == [learned_steps] * NUM_ENVS
-    # LogWrapper sums the rewards it sees: raw when inside ours, normalized when outside
+    # LogWrapper sums the rewards it sees: raw under the normalizer, normalized around it
     log_state = state.env_state if order == "outside" else state
     seen = raw if order == "outside" else reward
     done = terminated | truncated
@@ -320,7 +322,9 @@ def evaluate(stacks, params, keys, stats_from):
     actions = jnp.ones(keys.shape[0], jnp.int32)
 
     def body(states, flag):
-        results = [step(keys, state, actions, params, flag) for (_, step), state in zip(stacks, states)]
+        results = [
+            step(keys, state, actions, params, flag) for (_, step), state in zip(stacks, states)
+        ]
         return tuple(r[1] for r in results), tuple((r[2], r[3], r[4]) for r in results)
 
     return starts, jax.lax.scan(body, starts, EVAL_SCHEDULE)
@@ -365,10 +369,8 @@ def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
     assert bool(jnp.all(start.update_stats))
     # frozen: rewards scaled by the learned statistics, which do not move
     frozen = int((~EVAL_SCHEDULE).sum())
-    np.testing.assert_allclose(
-        reward[:frozen], 1.0 / np.sqrt(float(learned_stats.var) + 1e-8) * np.ones((frozen, EVAL_ENVS)),
-        rtol=1e-6,
-    )
+    scale = 1.0 / np.sqrt(float(learned_stats.var) + 1e-8)
+    np.testing.assert_allclose(reward[:frozen], np.full((frozen, EVAL_ENVS), scale), rtol=1e-6)
     count = rn.count_as_int(final.transform_state.stats).reshape(-1)
     assert set(count.tolist()) == {STEPS * NUM_ENVS + int(EVAL_SCHEDULE.sum()) * EVAL_ENVS}
     # the whole run equals the core fed the same stream with the same schedule
