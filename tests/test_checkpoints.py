@@ -1,0 +1,212 @@
+"""save_state / load_state: bit-exact msgpack checkpoints that refuse mismatches."""
+
+import pickle
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import checkify
+
+import rewardnorm_jax as rn
+from rewardnorm_jax import gymnasium as rn_gym
+from rewardnorm_jax.gymnasium import vector as rn_gym_vector
+
+
+def assert_bit_identical(a, b):
+    leaves_a, tree_a = jax.tree.flatten(a)
+    leaves_b, tree_b = jax.tree.flatten(b)
+    assert tree_a == tree_b
+    for x, y in zip(leaves_a, leaves_b):
+        assert type(x) is type(y) or (isinstance(x, jax.Array) and isinstance(y, jax.Array))
+        assert np.asarray(x).dtype == np.asarray(y).dtype
+        assert np.asarray(x).shape == np.asarray(y).shape
+        assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def stepped(transform, batch_shape=(4,), steps=7, seed=0):
+    rewards = jax.random.normal(jax.random.key(seed), (steps, *batch_shape)) * 3.0 + 0.1
+    t = jnp.arange(steps)
+
+    def body(state, xs):
+        reward, term, trunc = xs
+        return transform.step(state, reward, term, trunc)[1], None
+
+    def run():
+        return jax.lax.scan(body, transform.init(batch_shape), (rewards, t % 3 == 2, t % 5 == 4))[0]
+
+    err, state = jax.jit(checkify.checkify(run))()  # check_finite_reward needs checkify
+    err.throw()
+    return state
+
+
+TRANSFORMS = {
+    "gymnasium": lambda: rn.normalize_reward(),
+    "sb3": lambda: rn.normalize_reward(semantics="sb3"),
+    "ema_per_env_gmax": lambda: rn.normalize_reward(decay=0.9, shared=False, g_max=10.0),
+    "chain": lambda: rn.chain(
+        rn.check_finite_reward(), rn.clip_reward(-5.0, 5.0), rn.normalize_reward(), rn.symlog_reward()
+    ),
+    "percentile": lambda: rn.percentile_scale_reward(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_round_trip_is_bit_exact_and_the_run_continues_identically(name):
+    transform = TRANSFORMS[name]()
+    state = stepped(transform)
+    restored = rn.load_state(transform.init((4,)), rn.save_state(state))
+    assert_bit_identical(state, restored)
+    reward = jnp.array([1.0, -2.0, 0.5, 3.0])
+    step = jax.jit(checkify.checkify(transform.step))
+    assert_bit_identical(step(state, reward)[1], step(restored, reward)[1])
+
+
+def test_round_trip_float64_under_x64_and_nan_payloads():
+    with jax.enable_x64(True):
+        norm = rn.normalize_reward()
+        state = stepped(norm)
+        assert state.stats.mean.dtype == jnp.float64
+        assert_bit_identical(state, rn.load_state(norm.init((4,)), rn.save_state(state)))
+    # Arbitrary pytrees, NaN payloads and signed zeros survive bit for bit.
+    odd = np.array([np.nan, -0.0, np.inf], np.float32)
+    odd.view(np.uint32)[0] = 0x7FC00123  # a NaN with a payload
+    tree = {"a": jnp.asarray(odd), "b": (np.float64(-0.0), 3, None)}
+    assert_bit_identical(tree, rn.load_state(tree, rn.save_state(tree)))
+
+
+def test_wrong_batch_shape_is_named_never_broadcast():
+    norm = rn.normalize_reward()
+    data = rn.save_state(stepped(norm, (4,)))
+    with pytest.raises(ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[8\]'"):
+        rn.load_state(norm.init((8,)), data)
+    with pytest.raises(ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[\]'"):
+        rn.load_state(norm.init(()), data)
+
+
+def test_wrong_dtype_is_named():
+    data = rn.save_state(stepped(rn.normalize_reward()))
+    with jax.enable_x64(True):
+        with pytest.raises(ValueError) as excinfo:
+            rn.load_state(rn.normalize_reward().init((4,)), data)
+    message = str(excinfo.value)
+    for leaf in ("ret", "stats/mean", "stats/mean_low", "stats/m2", "stats/m2_low"):
+        assert f"leaf {leaf!r}: checkpoint has 'float32" in message and "expected 'float64" in message
+
+
+def test_wrong_semantics_and_options_are_named():
+    sb3 = {"semantics": "sb3", "gamma": 0.99}
+    data = rn.save_state(stepped(rn.normalize_reward(semantics="sb3")), sb3)
+    template = rn.normalize_reward().init((4,))  # the states of all semantics look alike
+    assert_bit_identical(
+        rn.load_state(template, data, sb3), stepped(rn.normalize_reward(semantics="sb3"))
+    )
+    with pytest.raises(ValueError, match="metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'"):
+        rn.load_state(template, data, {"semantics": "gymnasium", "gamma": 0.99})
+    with pytest.raises(ValueError, match="metadata 'gamma': checkpoint has 0.99, expected 0.9"):
+        rn.load_state(template, data, {"semantics": "sb3", "gamma": 0.9})
+
+    ema = rn.save_state(stepped(rn.normalize_reward(decay=0.9)))
+    with pytest.raises(ValueError) as excinfo:
+        rn.load_state(rn.normalize_reward(decay=0.99).init((4,)), ema)
+    assert "static field 'stats/decay': checkpoint has 0.9, expected 0.99" in str(excinfo.value)
+    with pytest.raises(ValueError) as excinfo:
+        rn.load_state(rn.normalize_reward().init((4,)), ema)
+    assert "leaf 'stats/weight': checkpoint has 'float32[]', expected 'NoneType'" in str(excinfo.value)
+
+
+def test_wrong_structure_is_named():
+    data = rn.save_state(stepped(rn.normalize_reward()))
+    template = rn.chain(rn.clip_reward(), rn.normalize_reward()).init((4,))
+    with pytest.raises(ValueError, match="leaf '1/ret': expected 'float32\\[4\\]', not in the checkpoint"):
+        rn.load_state(template, data)
+
+
+def test_every_truncation_and_every_corrupted_byte_is_refused():
+    data = rn.save_state(stepped(rn.normalize_reward()), {"semantics": "gymnasium"})
+    template = rn.normalize_reward().init((4,))
+    for size in range(len(data)):
+        with pytest.raises(ValueError, match="truncated|not a|corrupt"):
+            rn.load_state(template, data[:size])
+    for position in range(len(data)):
+        corrupted = bytearray(data)
+        corrupted[position] ^= 0x10
+        with pytest.raises(ValueError):
+            rn.load_state(template, bytes(corrupted))
+
+
+class _Exploit:
+    ran = False
+
+    def __reduce__(self):
+        return (setattr, (_Exploit, "ran", True))
+
+
+def test_a_pickle_is_refused_and_never_executed():
+    with pytest.raises(ValueError, match="truncated or not msgpack|not a"):
+        rn.load_state(rn.normalize_reward().init(), pickle.dumps(_Exploit()))
+    assert not _Exploit.ran
+    with pytest.raises(ValueError, match="data should be the bytes"):
+        rn.load_state(rn.normalize_reward().init(), "a path")
+
+
+def test_metadata_must_be_plain_values():
+    with pytest.raises(ValueError, match="metadata should map strings"):
+        rn.save_state(rn.init_stats(), {"semantics": rn.Semantics("x", "never", "never")})
+
+
+# --- Gymnasium adapters: their statistics in the same format ----------------
+
+
+def run_gymnasium(env, steps=50):
+    env.reset(seed=3)
+    env.action_space.seed(3)
+    for _ in range(steps):
+        env.step(env.action_space.sample())
+    return env
+
+
+def test_gymnasium_wrapper_statistics_round_trip_bit_exactly():
+    env = run_gymnasium(rn_gym.NormalizeReward(gym.make("MountainCarContinuous-v0")))
+    saved = {"return_rms": env.return_rms.get_state(), "discounted_reward": env.discounted_reward}
+    data = rn.save_state(saved, {"wrapper": "NormalizeReward", "gamma": env.gamma})
+
+    fresh = rn_gym.NormalizeReward(gym.make("MountainCarContinuous-v0"))
+    template = {"return_rms": fresh.return_rms.get_state(), "discounted_reward": fresh.discounted_reward}
+    loaded = rn.load_state(template, data, {"wrapper": "NormalizeReward", "gamma": 0.99})
+    fresh.return_rms.set_state(loaded["return_rms"])
+    fresh.discounted_reward = loaded["discounted_reward"]
+    assert fresh.return_rms.get_state() == env.return_rms.get_state()
+    assert [float(v).hex() for v in fresh.return_rms.get_state().values()] == [
+        float(v).hex() for v in env.return_rms.get_state().values()
+    ]
+    assert np.asarray(fresh.discounted_reward).tobytes() == np.asarray(env.discounted_reward).tobytes()
+
+
+def test_gymnasium_vector_wrapper_statistics_round_trip_bit_exactly():
+    envs = run_gymnasium(
+        rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 3))
+    )
+    saved = {"return_rms": envs.return_rms.get_state(), "accumulated_reward": envs.accumulated_reward}
+    fresh = rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 3))
+    template = {
+        "return_rms": fresh.return_rms.get_state(), "accumulated_reward": fresh.accumulated_reward
+    }
+    loaded = rn.load_state(template, rn.save_state(saved))
+    assert_bit_identical(saved, loaded)
+    wrong = rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 2))
+    with pytest.raises(ValueError, match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]', expected 'float32\[2\]'"):
+        rn.load_state(
+            {"return_rms": wrong.return_rms.get_state(), "accumulated_reward": wrong.accumulated_reward},
+            rn.save_state(saved),
+        )
+
+
+def test_gymnasium_statistics_through_the_jax_core_state_under_x64():
+    env = run_gymnasium(rn_gym.NormalizeReward(gym.make("MountainCarContinuous-v0")))
+    with jax.enable_x64(True):
+        stats = env.return_rms.to_running_stats()
+        loaded = rn.load_state(rn.init_stats(), rn.save_state(stats))
+        back = rn_gym.RunningMeanStd.from_running_stats(loaded)
+    assert back.get_state() == env.return_rms.get_state()
