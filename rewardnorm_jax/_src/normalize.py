@@ -146,7 +146,22 @@ def normalize_reward(
     step is skipped: no discount, no accumulation; an episode boundary on that
     step still resets the return) and from the statistics, and it is passed
     through unchanged in the output so the caller sees it. The statistics are
-    never poisoned.
+    never poisoned. To fail fast instead, put
+    :func:`~rewardnorm_jax.check_finite_reward` first in a
+    :func:`~rewardnorm_jax.chain`: it raises inside ``jit`` (through
+    ``checkify``) with the step and the environment index.
+
+    Dtypes and range: rewards of any real dtype (float16, bfloat16, float32,
+    float64, integers, bool) are cast to ``dtype``, the statistics dtype
+    (float32, or float64 under x64; never lower), and the normalized reward
+    has that dtype: float16 rewards come out float32. Float32 statistics hold
+    returns up to about :math:`10^{19}` in magnitude; past that the variance
+    saturates at ``+inf`` and rewards normalize to 0, never NaN (use
+    ``dtype=jnp.float64`` under x64 for such scales). Constant rewards (zero
+    variance): the running variance decays towards 0 as the prior's share
+    :math:`10^{-4} (1 + c^2) / n`, is never negative, and :math:`\epsilon`
+    bounds the divisor, so :math:`|\tilde r| \le |r| / \sqrt{\epsilon}` stays
+    finite.
 
     Options beyond the references:
 
@@ -190,7 +205,7 @@ def normalize_reward(
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform`. The output reward has the
-      statistics dtype.
+      statistics dtype (float32 or float64), whatever the rewards' dtype.
 
     Raises:
       ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive clip,
