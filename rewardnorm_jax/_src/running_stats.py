@@ -184,16 +184,19 @@ def _add_count(stats: RunningStats, batch_count: jax.Array):
 def _count_increment(batch_count, mask, reduce, num_batch_axes: int, axis_name):
     """The batch's sample count as a ``uint32``, exactly.
 
-    ``batch_count`` (the moments' float sum of ones) is exact whenever one
-    participant reduces at most :math:`2^{p}` entries (``p`` the mantissa bits
-    plus one: :math:`2^{24}` in float32): every partial sum is then an integer
-    the float holds, in any summation order. It is converted rather than summed
-    again as ``uint32``, which on CPU is a slow scalar loop beside the
-    vectorized float sums. Larger batches, and sums across ``axis_name``, count
-    in ``uint32``.
+    ``batch_count`` (the moments' float sum of ones) is exact whenever all
+    participants together reduce at most :math:`2^{p}` entries (``p`` the
+    mantissa bits plus one: :math:`2^{24}` in float32): every partial sum, on a
+    device or across ``axis_name``, is then an integer the float holds, in any
+    summation order. It is converted rather than summed again as ``uint32``,
+    which on CPU is a slow scalar loop beside the vectorized float sums and
+    across devices a second collective. Larger batches count in ``uint32``.
     """
     mantissa_bits = jnp.finfo(batch_count.dtype).nmant + 1
-    if axis_name is None and math.prod(mask.shape[:num_batch_axes]) <= 2**mantissa_bits:
+    # psum of a Python 1 is the (static) number of participants along axis_name.
+    participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
+    entries = participants * math.prod(mask.shape[:num_batch_axes])
+    if entries <= 2**mantissa_bits:
         return batch_count.astype(jnp.uint32)
     return reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
 

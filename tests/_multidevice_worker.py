@@ -1,0 +1,447 @@
+"""Runs the normalizer on several devices and prints how far it is from one device.
+
+Started by ``tests/test_multidevice.py`` in a fresh interpreter, so that the
+device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
+
+* ``python _multidevice_worker.py matrix SECTION...`` needs 8 CPU devices
+  (``XLA_FLAGS=--xla_force_host_platform_device_count=8``). Sections
+  ``float32`` and ``float64`` run the same reward stream through ``vmap`` with
+  ``axis_name``, ``pmap``, ``shard_map`` and ``jit`` over
+  ``NamedSharding``-sharded inputs on 1, 2, 4 and 8 devices, for the three
+  semantics (in float32 also with ``decay`` and ``g_max``); ``gymnax`` runs the
+  gymnax adapter under ``shard_map``; ``large_batch`` one update past float32's
+  exact count. It prints one JSON object: for every run, the largest deviation
+  from the single-device run and whether every participant ended with
+  bit-identical statistics.
+* ``python _multidevice_worker.py distributed PORT PROCESS_ID`` is one of two
+  processes joined by ``jax.distributed.initialize`` on ``127.0.0.1:PORT``; it
+  prints the final statistics it holds, which must match the other process's.
+
+Nothing runs at import (pytest imports this module to collect doctests).
+"""
+
+import json
+import sys
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import rewardnorm_jax as rn
+
+STEPS = 48
+NUM_ENVS = 21  # real environments; padded with inactive ones to a multiple of 8
+PADDED_ENVS = 24
+DEVICE_COUNTS = (1, 2, 4, 8)
+GAMMA = 0.99
+# The three reference semantics, in float32 and float64; in float32 also the
+# options whose state is merged too: exponential moving statistics (decay) and
+# the running max |G| (g_max, merged with a pmax).
+SEMANTICS = {s: {"semantics": s} for s in ("gymnasium", "sb3", "purejaxrl")}
+OPTIONS = {
+    "gymnasium_decay": {"semantics": "gymnasium", "decay": 0.9},
+    "purejaxrl_g_max": {"semantics": "purejaxrl", "g_max": 3.0},
+}
+
+
+def configs(dtype) -> dict:
+    """Normalizer configurations run for ``dtype``, by label."""
+    return {**SEMANTICS, **OPTIONS} if np.dtype(dtype) == np.float32 else SEMANTICS
+
+
+def make_stream(seed: int = 0):
+    """A (STEPS, PADDED_ENVS) stream: rewards, terminated, truncated, active.
+
+    Environments 0-5 sit out the first 10 steps (so whole shards are empty on
+    4 and 8 devices), a random 15 % of the other entries are inactive, and the
+    padding environments are never active and hold NaN rewards.
+    """
+    rng = np.random.default_rng(seed)
+    shape = (STEPS, PADDED_ENVS)
+    rewards = rng.normal(1.0, 2.0, shape)
+    terminated = rng.random(shape) < 0.05
+    truncated = rng.random(shape) < 0.03
+    active = rng.random(shape) > 0.15
+    active[:10, :6] = False
+    active[:, NUM_ENVS:] = False
+    rewards[:, NUM_ENVS:] = np.nan
+    return rewards, terminated, truncated, active
+
+
+def scan_steps(norm, state, rewards, terminated, truncated, active):
+    """``norm.step`` over the leading (time) axis; returns the state and outputs."""
+
+    def body(state, xs):
+        reward, state = norm.step(state, xs[0], xs[1], xs[2], active=xs[3])
+        return state, reward
+
+    return jax.lax.scan(body, state, (rewards, terminated, truncated, active))
+
+
+def normalizers(dtype, axis_name=None) -> list:
+    """One ``normalize_reward`` per configuration of ``configs(dtype)``."""
+    return [
+        rn.normalize_reward(GAMMA, dtype=dtype, axis_name=axis_name, **kwargs)
+        for kwargs in configs(dtype).values()
+    ]
+
+
+def run_all(dtype, batch_shape, axis_name=None):
+    """``(*stream, states=None) -> [(stats, outputs)]``, one normalizer per config.
+
+    All configurations run side by side in one program (one compilation).
+    Without ``states`` each starts from ``init(batch_shape)``.
+    """
+    norms = normalizers(dtype, axis_name)
+
+    def run(*stream, states=None):
+        if states is None:
+            states = [n.init(batch_shape) for n in norms]
+        results = [scan_steps(n, state, *stream) for n, state in zip(norms, states)]
+        return [(state.stats, out) for state, out in results]
+
+    run.norms = norms
+    return run
+
+
+def split(x, parts: int) -> np.ndarray:
+    """(T, N) -> (parts, T, N / parts): environments grouped as devices hold them."""
+    return np.moveaxis(x.reshape(x.shape[0], parts, -1), 1, 0)
+
+
+def unsplit(x) -> np.ndarray:
+    """(parts, T, N / parts) -> (T, N)."""
+    x = np.asarray(x)
+    return np.moveaxis(x, 0, 1).reshape(x.shape[1], -1)
+
+
+def run_single(dtype, stream):
+    """The reference: one device, plain jit, the unpadded environments."""
+    return jax.jit(run_all(dtype, (NUM_ENVS,)))(*(x[:, :NUM_ENVS] for x in stream))
+
+
+def run_vmaps(dtype, stream) -> dict:
+    """``jax.vmap`` with an axis name, in one program.
+
+    ``vmap/P``: ``P`` groups of environments, each group a batch (as ``P``
+    devices would hold them). ``vmap_per_env_shared_stats``: a per-environment
+    step vmapped over all environments, with the statistics passed in and
+    returned unbatched (``in_axes=None`` / ``out_axes=None``).
+    """
+    state_axes = rn.NormalizeRewardState(stats=None, ret=0, ret_abs_max=None)
+
+    def per_env_scan(norm, *stream):
+        def per_env_step(state, reward, terminated, truncated, active):
+            return norm.step(state, reward, terminated, truncated, active=active)
+
+        vstep = jax.vmap(per_env_step, in_axes=(state_axes, 0, 0, 0, 0),
+                         out_axes=(0, state_axes), axis_name="env")
+
+        def body(state, xs):
+            reward, state = vstep(state, *xs)
+            return state, reward
+
+        state = norm.init().replace(ret=jnp.zeros(PADDED_ENVS, dtype))
+        state, out = jax.lax.scan(body, state, stream)
+        return state.stats, out
+
+    def program(grouped, stream):
+        results = {
+            f"vmap/{parts}": jax.vmap(
+                run_all(dtype, (PADDED_ENVS // parts,), "group"), axis_name="group"
+            )(*data)
+            for parts, data in grouped.items()
+        }
+        results["vmap_per_env_shared_stats/8"] = [
+            per_env_scan(n, *stream) for n in normalizers(dtype, "env")
+        ]
+        return results
+
+    def to_host(key, stats, out):
+        if key.startswith("vmap_per_env"):  # unbatched statistics: one participant
+            return jax.tree.map(lambda x: np.asarray(x)[None], stats), np.asarray(out)
+        return stats, unsplit(out)
+
+    grouped = {parts: [split(x, parts) for x in stream] for parts in DEVICE_COUNTS}
+    results = jax.jit(program)(grouped, stream)
+    return {
+        key: [to_host(key, stats, out) for stats, out in runs] for key, runs in results.items()
+    }
+
+
+def run_pmap(dtype, stream, parts):
+    fn = jax.pmap(
+        run_all(dtype, (PADDED_ENVS // parts,), "device"),
+        axis_name="device",
+        devices=jax.devices()[:parts],
+    )
+    return [(stats, unsplit(out)) for stats, out in fn(*(split(x, parts) for x in stream))]
+
+
+def run_pmap_of_vmap(dtype, stream):
+    """Two named axes at once: ``pmap`` over 4 devices of ``vmap`` over 6 envs each."""
+    per_env = jax.vmap(
+        run_all(dtype, (), ("device", "env")), in_axes=1, out_axes=[(0, 1)] * len(configs(dtype)),
+        axis_name="env",
+    )
+    fn = jax.pmap(per_env, axis_name="device", devices=jax.devices()[:4])
+    results = fn(*(split(x, 4) for x in stream))  # per device: (T, 6)
+    return [
+        (jax.tree.map(lambda x: np.asarray(x).reshape(-1), stats), unsplit(out))
+        for stats, out in results
+    ]
+
+
+def run_shard_map(dtype, stream, parts, mesh_shape=None):
+    """``jax.shard_map``; each device returns its own copy of the statistics.
+
+    A two-axis ``mesh_shape`` shards the environments over both axes and merges
+    with ``axis_name=("host", "device")``.
+    """
+    if mesh_shape is None:
+        mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+        axes = "device"
+    else:
+        mesh = Mesh(np.array(jax.devices()[:parts]).reshape(mesh_shape), ("host", "device"))
+        axes = ("host", "device")
+    run = run_all(dtype, (PADDED_ENVS,), axes)
+
+    def local(states, *stream):
+        results = run(*stream, states=states)
+        return [(jax.tree.map(lambda x: x[None], stats), out) for stats, out in results]
+
+    # The state enters through in_specs (statistics replicated, returns sharded),
+    # so the per-device returns are typed as varying over the mesh axes.
+    state_spec = rn.NormalizeRewardState(stats=P(), ret=P(axes), ret_abs_max=P())
+    fn = jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=([state_spec] * len(run.norms),) + (P(None, axes),) * 4,
+            out_specs=[(P(axes), P(None, axes))] * len(run.norms),
+        )
+    )
+    return fn([n.init((PADDED_ENVS,)) for n in run.norms], *stream)
+
+
+def run_sharded_jit(dtype, stream, parts):
+    """Plain ``jax.jit`` on inputs sharded by ``NamedSharding``; no axis name."""
+    mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+    env_sharding = NamedSharding(mesh, P(None, "device"))
+    data = [jax.device_put(x, env_sharding) for x in stream]
+    results = jax.jit(run_all(dtype, (PADDED_ENVS,)))(*data)
+    if len(results[0][1].sharding.device_set) != parts:
+        raise AssertionError("the outputs are not sharded over the mesh")
+    return [(jax.tree.map(lambda x: np.asarray(x)[None], stats), out) for stats, out in results]
+
+
+def final_stats(stats) -> dict:
+    """Mean, variance and exact count of (host copies of) statistics."""
+    stats = jax.tree.map(np.asarray, stats)
+    return {"mean": stats.mean, "var": stats.var, "count": rn.count_as_int(stats)}
+
+
+def deviation(result, reference) -> float:
+    """Largest ``|a - b| / max(|b|, 1)``: relative, absolute for magnitudes below 1."""
+    result, reference = np.asarray(result, np.float64), np.asarray(reference, np.float64)
+    return float(np.max(np.abs(result - reference) / np.maximum(np.abs(reference), 1.0)))
+
+
+def compare(stats, out, ref_stats, ref_out) -> dict:
+    """How a run (statistics with a leading participant axis) differs from the reference."""
+    stats = jax.tree.map(np.asarray, stats)
+    ref = final_stats(ref_stats)
+    got = final_stats(jax.tree.map(lambda x: x[0], stats))
+    return {
+        "participants": int(stats.mean.shape[0]),
+        "identical": all(bool(np.all(x == x[:1])) for x in jax.tree.leaves(stats)),
+        "count": int(got["count"]),
+        "reference_count": int(ref["count"]),
+        "stats": max(deviation(got["mean"], ref["mean"]), deviation(got["var"], ref["var"])),
+        "rewards": deviation(np.asarray(out)[:, :NUM_ENVS], ref_out),
+    }
+
+
+def gymnax_runs() -> dict:
+    """A PureJaxRL-style rollout through the gymnax adapter, on 1 and 8 devices.
+
+    ``NormalizeReward(VecEnv(CartPole), semantics="purejaxrl", axis_name="device")``
+    resets and steps the environments each device holds inside ``shard_map``;
+    the reference is the same wrapper without an axis name over all
+    environments on one device.
+    """
+    import gymnax
+
+    from rewardnorm_jax.gymnax import NormalizeReward, VecEnv, get_transform_state
+
+    env, params = gymnax.make("CartPole-v1")
+    num_envs, steps = 16, 64
+    # Raw uint32 keys (one per environment and step) and random actions, from NumPy.
+    rng = np.random.default_rng(1)
+    reset_keys = rng.integers(0, 2**32, (num_envs, 2), dtype=np.uint32)
+    step_keys = rng.integers(0, 2**32, (steps, num_envs, 2), dtype=np.uint32)
+    actions = rng.integers(0, 2, (steps, num_envs), dtype=np.int32)
+
+    def rollout(env, reset_keys, step_keys, actions):
+        obs, state = env.reset(reset_keys, params)
+
+        def body(state, xs):
+            obs, state, reward, terminated, truncated, info = env.step(xs[0], state, xs[1], params)
+            return state, reward
+
+        state, rewards = jax.lax.scan(body, state, (step_keys, actions))
+        return get_transform_state(state).stats, rewards
+
+    single = NormalizeReward(VecEnv(env), semantics="purejaxrl")
+    ref_stats, ref_out = jax.jit(partial(rollout, single))(reset_keys, step_keys, actions)
+    shared = NormalizeReward(VecEnv(env), semantics="purejaxrl", axis_name="device")
+
+    mesh = Mesh(np.array(jax.devices()), ("device",))
+
+    def local(*args):
+        stats, out = rollout(shared, *args)
+        return jax.tree.map(lambda x: x[None], stats), out
+
+    # check_vma=False: gymnax's reset returns leaves that do not vary over the
+    # mesh (env_state.time, the zero returns) which the scan then carries as
+    # varying; JAX's type check rejects that carry, the values are right.
+    fn = jax.jit(jax.shard_map(
+        local, mesh=mesh, in_specs=(P("device"), P(None, "device"), P(None, "device")),
+        out_specs=(P("device"), P(None, "device")), check_vma=False,
+    ))
+    stats, out = fn(reset_keys, step_keys, actions)
+    return {"gymnax_shard_map/purejaxrl/float32/8": compare(stats, out, ref_stats, ref_out)}
+
+
+def large_batch() -> dict:
+    """One update of more entries than float32 counts exactly, over 8 devices and on one.
+
+    ``8 * (2**21 + 1)`` entries, one masked out: the count 16777223 is odd and
+    above :math:`2^{24}`, so no float32 holds it and the count must come from
+    the ``uint32`` reduction (across the devices, a ``uint32`` ``psum``).
+    """
+    parts, size = 8, 8 * (2**21 + 1)
+    batch = np.random.default_rng(2).normal(3.0, 2.0, size).astype(np.float32)
+    mask = np.ones(size, bool)
+    mask[-1] = False
+    stats = rn.init_stats()
+    reference = jax.jit(rn.update_stats)(stats, batch, mask)
+    mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+
+    def local(stats, batch, mask):
+        merged = rn.update_stats(stats, batch, mask, axis_name="device")
+        return jax.tree.map(lambda x: x[None], merged)
+
+    fn = jax.jit(jax.shard_map(
+        local, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P("device")
+    ))
+    merged = jax.tree.map(np.asarray, fn(stats, batch, mask))
+    got, ref = final_stats(jax.tree.map(lambda x: x[0], merged)), final_stats(reference)
+    exact = batch[:-1].astype(np.float64)
+    return {
+        "participants": parts,
+        "identical": all(bool(np.all(x == x[:1])) for x in jax.tree.leaves(merged)),
+        "count": int(got["count"]),
+        "reference_count": int(ref["count"]),
+        "expected_count": size - 1,
+        "stats": max(deviation(got["mean"], ref["mean"]), deviation(got["var"], ref["var"])),
+        # For scale: the single-device float32 result against float64 NumPy.
+        "single_vs_float64": max(
+            deviation(ref["mean"], exact.mean()), deviation(ref["var"], exact.var())
+        ),
+    }
+
+
+def matrix(dtype_name: str) -> dict:
+    """Every run against the single-device reference, keyed ``mode/config/dtype/devices``."""
+    results = {}
+    with jax.enable_x64(dtype_name == "float64"):
+        dtype = np.dtype(dtype_name)
+        stream = [x.astype(dtype) if x.dtype.kind == "f" else x for x in make_stream()]
+        references = run_single(dtype, stream)
+        runs = run_vmaps(dtype, stream)
+        for parts in DEVICE_COUNTS:
+            runs[f"pmap/{parts}"] = run_pmap(dtype, stream, parts)
+            runs[f"shard_map/{parts}"] = run_shard_map(dtype, stream, parts)
+            runs[f"sharded_jit/{parts}"] = run_sharded_jit(dtype, stream, parts)
+        runs["pmap_of_vmap_tuple_axes/8"] = run_pmap_of_vmap(dtype, stream)
+        runs["shard_map_2x4_tuple_axes/8"] = run_shard_map(dtype, stream, 8, (2, 4))
+        for key, per_config in runs.items():
+            mode, parts = key.split("/")
+            for config, (stats, out), (ref_stats, ref_out) in zip(
+                configs(dtype), per_config, references
+            ):
+                results[f"{mode}/{config}/{dtype_name}/{parts}"] = compare(
+                    stats, out, ref_stats, ref_out
+                )
+        if dtype_name == "float32":
+            ref = final_stats(references[list(SEMANTICS).index("purejaxrl")][0])
+            results["reference/purejaxrl/float32"] = {k: v.item() for k, v in ref.items()}
+    return results
+
+
+def distributed(port: int, process_id: int) -> dict:
+    """One of two processes: ``shard_map`` over every device of both processes."""
+    jax.distributed.initialize(
+        f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+    )
+    try:
+        mesh = Mesh(np.array(jax.devices()), ("device",))
+        norm = rn.normalize_reward(GAMMA, semantics="purejaxrl", axis_name="device")
+        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))
+        fn = jax.jit(
+            jax.shard_map(
+                lambda s, *d: scan_steps(norm, s, *d), mesh=mesh,
+                in_specs=(state_spec,) + (P(None, "device"),) * 4,
+                out_specs=(state_spec, P(None, "device")),
+            )
+        )
+        # Every process loads only its own environments' slice of the stream.
+        env_sharding = NamedSharding(mesh, P(None, "device"))
+        mine = slice(process_id * PADDED_ENVS // 2, (process_id + 1) * PADDED_ENVS // 2)
+        rewards, terminated, truncated, active = make_stream()
+        stream = [
+            jax.make_array_from_process_local_data(env_sharding, x[:, mine])
+            for x in (rewards.astype(np.float32), terminated, truncated, active)
+        ]
+        ret = jax.make_array_from_process_local_data(
+            NamedSharding(mesh, P("device")), np.zeros(PADDED_ENVS // 2, np.float32)
+        )
+        state, _ = fn(norm.init((PADDED_ENVS,)).replace(ret=ret), *stream)
+        copies = [jax.tree.map(lambda x: np.asarray(x.data), shards)
+                  for shards in zip(*(leaf.addressable_shards for leaf in jax.tree.leaves(state.stats)))]
+        local = jax.tree.unflatten(jax.tree.structure(state.stats), copies[0])
+        return {
+            "process_count": jax.process_count(),
+            "device_count": jax.device_count(),
+            "local_copies": len(copies),
+            "local_copies_identical": all(
+                all(np.array_equal(a, b) for a, b in zip(copy, copies[0])) for copy in copies
+            ),
+            "mean": float(local.mean),
+            "var": float(local.var),
+            "count": int(rn.count_as_int(local)),
+        }
+    finally:
+        jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "matrix":
+        sections = {
+            "float32": lambda: matrix("float32"),
+            "float64": lambda: matrix("float64"),
+            "gymnax": gymnax_runs,
+            "large_batch": lambda: {"large_batch/float32/8": large_batch()},
+        }
+        if jax.device_count() < 8:
+            raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")
+        result = {}
+        for section in sys.argv[2:]:
+            result.update(sections[section]())
+    else:
+        result = distributed(int(sys.argv[2]), int(sys.argv[3]))
+    print(json.dumps(result))

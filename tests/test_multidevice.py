@@ -1,0 +1,172 @@
+"""Statistics shared across vmap axes, devices and processes: one merged set, device-count free.
+
+The runs need several devices, so they happen in fresh interpreters started by
+the ``runs`` fixture (``tests/_multidevice_worker.py``), leaving this process's
+single CPU device untouched:
+
+* two processes with 8 virtual CPU devices
+  (``XLA_FLAGS=--xla_force_host_platform_device_count=8``), float32 in one and
+  float64 in the other, run the same masked reward stream through ``vmap`` with
+  ``axis_name``, ``pmap``, ``shard_map`` and ``jit`` over
+  ``NamedSharding``-sharded inputs on 1, 2, 4 and 8 devices, plus two named
+  axes at once, a per-environment ``vmap``, the gymnax adapter and one update
+  past float32's exact count;
+* two processes with 2 CPU devices each join through
+  ``jax.distributed.initialize`` on a localhost coordinator and ``shard_map``
+  over all 4 devices.
+
+All four start at once: most of the time goes to XLA compiling, one core each.
+
+The stream (``make_stream``) has 21 environments padded to 24 with inactive
+ones holding NaN rewards, a random 15 % of inactive entries, and 6 environments
+inactive for the first 10 steps: uneven shards, some devices with nothing to
+merge on some steps.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import _multidevice_worker as worker
+
+WORKER = Path(__file__).with_name("_multidevice_worker.py")
+TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
+MODES = ("vmap", "pmap", "shard_map", "sharded_jit")
+EXTRA_MODES = ("vmap_per_env_shared_stats", "pmap_of_vmap_tuple_axes", "shard_map_2x4_tuple_axes")
+TIMEOUT_S = 600
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(*args: str, devices: int) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_PLATFORMS": "cpu",
+    }
+    env.pop("JAX_ENABLE_X64", None)
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _result(proc: subprocess.Popen) -> dict:
+    """The JSON object a worker prints on its last line (gloo logs to stdout before it)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+    assert proc.returncode == 0, f"worker failed ({proc.returncode}):\n{stdout}\n{stderr[-4000:]}"
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def runs():
+    port = str(_free_port())
+    processes = [  # two similar halves of the compile work
+        _start("matrix", "float32", devices=8),
+        _start("matrix", "float64", "gymnax", "large_batch", devices=8),
+    ]
+    processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
+    try:
+        first, second, *distributed = [_result(p) for p in processes]
+        return {"matrix": {**first, **second}, "distributed": distributed}
+    finally:
+        for proc in processes:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+
+
+def _rows(matrix, mode, dtype, device_counts):
+    labels = worker.configs(np.dtype(dtype))
+    rows = {
+        (label, parts): matrix[f"{mode}/{label}/{dtype}/{parts}"]
+        for label in labels
+        for parts in device_counts
+    }
+    assert len(rows) == len(labels) * len(device_counts)
+    return rows
+
+
+def _check(rows, tolerance):
+    active = worker.make_stream()[3]
+    for (label, parts), row in rows.items():
+        where = f"{label} on {parts} device(s): {row}"
+        # One merged set of statistics, bit-identical on every participant.
+        assert row["identical"], where
+        # Exact count: every active entry of the stream, padding and masks excluded.
+        assert row["count"] == row["reference_count"] == active.sum(), where
+        # Mean and variance, and every normalized reward, as on one device.
+        assert row["stats"] <= tolerance, where
+        assert row["rewards"] <= tolerance, where
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", MODES)
+def test_one_to_eight_devices_match_single_device(runs, mode, dtype):
+    rows = _rows(runs["matrix"], mode, dtype, worker.DEVICE_COUNTS)
+    _check(rows, TOLERANCE[dtype])
+    if mode != "sharded_jit":  # jit returns one global array, not per-device copies
+        for (_, parts), row in rows.items():
+            assert row["participants"] == parts
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", EXTRA_MODES)
+def test_tuple_axis_names_and_per_env_vmap_match_single_device(runs, mode, dtype):
+    # pmap_of_vmap: axis_name=("device", "env") over 4 devices x 6 envs (24 participants);
+    # shard_map_2x4: a 2 x 4 mesh, axis_name=("host", "device");
+    # vmap_per_env: a per-environment step vmapped over 24 envs, statistics in and out unbatched.
+    rows = _rows(runs["matrix"], mode, dtype, (8,))
+    _check(rows, TOLERANCE[dtype])
+    expected_participants = {"pmap_of_vmap_tuple_axes": 24, "shard_map_2x4_tuple_axes": 8}
+    for row in rows.values():
+        assert row["participants"] == expected_participants.get(mode, 1)
+
+
+def test_gymnax_adapter_shares_statistics_under_shard_map(runs):
+    # NormalizeReward(VecEnv(CartPole), semantics="purejaxrl", axis_name="device"),
+    # reset and stepped in a lax.scan inside shard_map over 8 devices (2 envs each),
+    # against the same wrapper without axis name over all 16 envs on one device.
+    row = runs["matrix"]["gymnax_shard_map/purejaxrl/float32/8"]
+    assert row["participants"] == 8
+    assert row["identical"], row
+    assert row["count"] == row["reference_count"] == 16 * 64, row
+    assert row["stats"] <= TOLERANCE["float32"], row
+    assert row["rewards"] <= TOLERANCE["float32"], row
+
+
+def test_two_processes_end_with_identical_statistics(runs):
+    first, second = runs["distributed"]
+    for result in (first, second):
+        assert result["process_count"] == 2 and result["device_count"] == 4, result
+        assert result["local_copies"] == 2 and result["local_copies_identical"], result
+    assert first["mean"] == second["mean"] and first["var"] == second["var"], (first, second)
+    assert first["count"] == second["count"] == worker.make_stream()[3].sum()
+    # ... and they equal the single-device statistics of the same stream.
+    reference = runs["matrix"]["reference/purejaxrl/float32"]
+    assert first["count"] == reference["count"]
+    for key in ("mean", "var"):
+        assert abs(first[key] - reference[key]) <= TOLERANCE["float32"] * abs(reference[key])
+
+
+def test_update_beyond_float32_exact_count_merges_exactly(runs):
+    # One update of 8 * (2**21 + 1) entries over 8 devices, one masked out: the count
+    # 16777223 exceeds 2**24 and is odd, so only the uint32 count can hold it.
+    row = runs["matrix"]["large_batch/float32/8"]
+    assert row["identical"], row
+    assert row["count"] == row["reference_count"] == row["expected_count"] == 8 * (2**21 + 1) - 1
+    assert row["stats"] <= TOLERANCE["float32"], row
