@@ -123,7 +123,8 @@ def _evaluate(config, runners, seed):
     returns, norm_states = ppo.evaluate(config, runners, seed)
     returns = np.asarray(jax.block_until_ready(returns))
     per_seed = returns.mean(axis=1)
-    print(f"evaluation ({config.num_eval_envs} episodes per seed, policy mode, statistics frozen): "
+    frozen = ", statistics frozen" if config.normalize else ""
+    print(f"evaluation ({config.num_eval_envs} episodes per seed, policy mode{frozen}): "
           f"mean return {per_seed.mean():.2f} ± {per_seed.std():.2f} over {per_seed.size} seeds "
           f"[{', '.join(f'{r:.1f}' for r in per_seed)}] ({time.perf_counter() - start:.1f} s)")
     if config.normalize:

@@ -17,11 +17,14 @@ Episodes cut by the time limit (``truncated`` but not ``terminated``) are
 bootstrapped with the value of gymnax's ``info["final_observation"]``.
 
 Example:
-  >>> config = PPOConfig(total_steps=512, num_envs=4, num_steps=32)
-  >>> runners = init_runners(config, seed=0, num_seeds=2)
-  >>> runners, metrics = train(config, runners)
-  >>> metrics.episode_return.shape            # (seeds, updates)
-  (2, 4)
+  >>> config = PPOConfig()                     # PureJaxRL's CartPole-v1 settings
+  >>> config.num_updates, config.batch_size    # updates of num_envs * num_steps steps
+  (976, 512)
+  >>> default_config("Pendulum-v1").num_envs
+  16
+
+  Training is ``train(config, init_runners(config, seed=0, num_seeds=4))``;
+  ``python -m rewardnorm_jax.demo`` is the command-line front end.
 """
 
 import dataclasses
@@ -318,10 +321,15 @@ def init_runner(config: PPOConfig, key: jax.Array) -> Runner:
     )
 
 
+@functools.lru_cache(maxsize=16)
+def _jitted_init(config: PPOConfig):
+    return jax.jit(jax.vmap(lambda key: init_runner(config, key)))
+
+
 def init_runners(config: PPOConfig, seed: int, num_seeds: int) -> Runner:
     """``num_seeds`` independent runners stacked on a leading axis."""
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
-    return jax.jit(jax.vmap(lambda k: init_runner(config, k)))(keys)
+    return _jitted_init(config)(keys)
 
 
 def norm_state(runner: Runner):
