@@ -411,9 +411,13 @@ def distributed(port: int, process_id: int) -> dict:
             NamedSharding(mesh, P("device")), np.zeros(PADDED_ENVS // 2, np.float32)
         )
         state, _ = fn(norm.init((PADDED_ENVS,)).replace(ret=ret), *stream)
-        copies = [jax.tree.map(lambda x: np.asarray(x.data), shards)
-                  for shards in zip(*(leaf.addressable_shards for leaf in jax.tree.leaves(state.stats)))]
-        local = jax.tree.unflatten(jax.tree.structure(state.stats), copies[0])
+        # The statistics are replicated: one copy per local device, as lists of leaves.
+        leaves, treedef = jax.tree.flatten(state.stats)
+        copies = [
+            [np.asarray(shard.data) for shard in shards]
+            for shards in zip(*(leaf.addressable_shards for leaf in leaves))
+        ]
+        local = jax.tree.unflatten(treedef, copies[0])
         return {
             "process_count": jax.process_count(),
             "device_count": jax.device_count(),

@@ -39,7 +39,7 @@ WORKER = Path(__file__).with_name("_multidevice_worker.py")
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 MODES = ("vmap", "pmap", "shard_map", "sharded_jit")
 EXTRA_MODES = ("vmap_per_env_shared_stats", "pmap_of_vmap_tuple_axes", "shard_map_2x4_tuple_axes")
-TIMEOUT_S = 600
+TIMEOUT_S = 300
 
 
 def _free_port() -> int:
