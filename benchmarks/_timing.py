@@ -23,6 +23,7 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import re
 import sys
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -55,6 +56,33 @@ def compare(
             jax.block_until_ready(fn())
             best[name] = min(best[name], time.perf_counter() - start)
     return best
+
+
+_KERNEL = re.compile(
+    r" = .*?\b(fusion|custom-call|reduce|dot|copy|sort|scatter|gather|call|conditional|while|"
+    r"dynamic-slice|dynamic-update-slice)\("
+)
+
+
+def loop_kernels(jitted, *args) -> int:
+    """Kernels one iteration of the first ``while`` loop (a ``lax.scan``) launches.
+
+    Counts the compiled loop body's instructions that run as their own kernel
+    (fusions, library calls, copies, ...) in the optimized HLO of
+    ``jitted.lower(*args).compile()``. On CPU each is a separate dispatch per
+    step, so this is a first-order model of a scan's per-step overhead.
+    Returns 0 if the program has no loop.
+    """
+    text = jitted.lower(*args).compile().as_text()
+    body = re.search(r"body=%?([\w.\-]+)", text)
+    if body is None:
+        return 0
+    lines = text.split("\n")
+    start = next(
+        i for i, line in enumerate(lines) if re.match(rf"%?{re.escape(body.group(1))} ", line)
+    )
+    end = lines.index("}", start)
+    return sum(bool(_KERNEL.search(line)) for line in lines[start + 1:end])
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

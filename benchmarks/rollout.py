@@ -104,7 +104,7 @@ def main(argv=None):
 
     headers = [
         "environment", "bare ms", "ours ms", "inline ms", "ours overhead", "inline overhead",
-        "ours/inline", "max rel. diff ours vs inline",
+        "ours added us/step", "inline added us/step", "ours/inline", "max rel. diff ours vs inline",
     ]
     rows = []
     for env_name in args.env_names:
@@ -113,6 +113,8 @@ def main(argv=None):
             env_name, s["bare"] * 1e3, s["ours"] * 1e3, s["inline"] * 1e3,
             f"{(s['ours'] / s['bare'] - 1) * 100:+.1f}%",
             f"{(s['inline'] / s['bare'] - 1) * 100:+.1f}%",
+            f"{(s['ours'] - s['bare']) / args.steps * 1e6:+.2f}",
+            f"{(s['inline'] - s['bare']) / args.steps * 1e6:+.2f}",
             s["ours"] / s["inline"], f"{s['rel_err']:.1e}",
         ])
     print_results(

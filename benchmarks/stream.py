@@ -20,10 +20,14 @@ per step) and writes one normalized reward per input reward:
 * ``gymnasium``: Gymnasium's ``gymnasium.wrappers.vector.NormalizeReward``
   around a vector environment that replays the stream from NumPy arrays;
   ``replay`` is that environment's loop alone (the part of Gymnasium's time
-  that is not the wrapper's).
+  that is not the wrapper's). Both host loops are timed on the first
+  ``--host-steps`` steps; the whole stream is run once to check that ours
+  gives Gymnasium's rewards.
 
 Times are microseconds per step (all ``N`` environments), the minimum over
-``--repeats`` alternating calls (see ``_timing.py``).
+``--repeats`` alternating calls (see ``_timing.py``), in two groups: the JAX
+scans among themselves, then ours against the two host loops (which flush the
+caches); ``gymnasium/ours`` comes from the second group.
 
 Usage::
 
@@ -41,7 +45,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers.vector import NormalizeReward as GymnasiumNormalizeReward
 
 import rewardnorm_jax as rn
-from _timing import add_common_args, compare, print_results
+from _timing import add_common_args, compare, loop_kernels, print_results
 
 GAMMA = 0.99
 EPSILON = 1e-8
@@ -159,40 +163,64 @@ class ReplayVectorEnv(VectorEnv):
         return self._obs, self.rewards[t], self.terminated[t], self._truncated, {}
 
 
-def run_stream(env, steps: int) -> np.ndarray:
-    """Steps ``env`` through the whole stream; returns the rewards it emitted."""
-    out = np.empty((steps, env.num_envs), np.float64)
+def run_stream(env, out: np.ndarray) -> np.ndarray:
+    """Steps ``env`` through the first ``len(out)`` steps; writes the rewards it emits to ``out``."""
     env.reset()
-    for t in range(steps):
+    for t in range(len(out)):
         out[t] = env.step(None)[1]
     return out
 
 
-def measure(num_envs: int, steps: int, repeats: int, done_prob: float) -> dict:
-    """Times every variant on one stream; checks ours against Gymnasium."""
+def measure(num_envs: int, steps: int, repeats: int, done_prob: float, host_steps: int) -> dict:
+    """Microseconds per step of every variant on one stream; checks ours against Gymnasium.
+
+    The host loops (``gymnasium``, ``replay``) are timed on the first
+    ``host_steps`` steps (their cost per step does not depend on the step).
+    """
     rewards, terminated = make_stream(steps, num_envs, done_prob)
     rewards_jax, terminated_jax = jnp.asarray(rewards), jnp.asarray(terminated)
     replay = ReplayVectorEnv(rewards, terminated)
     gymnasium = GymnasiumNormalizeReward(ReplayVectorEnv(rewards, terminated), GAMMA, EPSILON)
 
-    expected = run_stream(gymnasium, steps)
+    expected = run_stream(gymnasium, np.empty((steps, num_envs), np.float64))
     got = np.asarray(ours_scan(rewards_jax, terminated_jax), np.float64)
     rel_err = float(np.max(np.abs(got - expected) / np.maximum(np.abs(expected), 1e-3)))
     if not rel_err < 1e-3:
         raise AssertionError(f"ours differs from Gymnasium's vector wrapper: rel. error {rel_err}")
 
-    times = compare(
+    # Two groups, each alternating within itself: the host loops sweep megabytes
+    # of NumPy arrays through the caches, which would slow whichever JAX scan
+    # runs after them. gymnasium/ours is taken within the second group.
+    jax_times = compare(
         {
             "floor": lambda: floor_scan(rewards_jax),
             "floor+sum": lambda: floor_sum_scan(rewards_jax),
             "ours": lambda: ours_scan(rewards_jax, terminated_jax),
             "naive": lambda: naive_scan(rewards_jax, terminated_jax),
-            "gymnasium": lambda: run_stream(gymnasium, steps),
-            "replay": lambda: run_stream(replay, steps),
         },
         repeats,
     )
-    return {name: seconds / steps * 1e6 for name, seconds in times.items()} | {"rel_err": rel_err}
+    host_steps = min(host_steps, steps)
+    host_out = np.empty((host_steps, num_envs), np.float64)
+    host_times = compare(
+        {
+            "ours": lambda: ours_scan(rewards_jax, terminated_jax),
+            "gymnasium": lambda: run_stream(gymnasium, host_out),
+            "replay": lambda: run_stream(replay, host_out),
+        },
+        repeats,
+    )
+    kernels = {
+        "floor": loop_kernels(floor_scan, rewards_jax),
+        "floor+sum": loop_kernels(floor_sum_scan, rewards_jax),
+        "ours": loop_kernels(ours_scan, rewards_jax, terminated_jax),
+        "naive": loop_kernels(naive_scan, rewards_jax, terminated_jax),
+    }
+    us = {name: seconds / steps * 1e6 for name, seconds in jax_times.items()}
+    us["gymnasium"] = host_times["gymnasium"] / host_steps * 1e6
+    us["replay"] = host_times["replay"] / host_steps * 1e6
+    us["gymnasium/ours"] = us["gymnasium"] / (host_times["ours"] / steps * 1e6)
+    return us | {"rel_err": rel_err, "kernels": kernels}
 
 
 def main(argv=None):
@@ -206,6 +234,10 @@ def main(argv=None):
         "--done-prob", type=float, default=0.01,
         help="per-step termination probability (default 0.01)",
     )
+    parser.add_argument(
+        "--host-steps", type=int, default=200,
+        help="steps of the stream the Gymnasium loops are timed on (default 200)",
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
 
@@ -214,18 +246,24 @@ def main(argv=None):
         "gymnasium us/step", "replay alone us/step", "ours/floor", "ours/(floor+sum)",
         "naive/floor", "gymnasium/ours", "max rel. diff ours vs gymnasium",
     ]
-    rows = []
+    rows, kernel_rows = [], []
     for num_envs in args.sizes:
-        us = measure(num_envs, args.steps, args.repeats, args.done_prob)
+        us = measure(num_envs, args.steps, args.repeats, args.done_prob, args.host_steps)
+        kernel_rows.append([num_envs, *us["kernels"].values()])
         rows.append([
             num_envs, us["floor"], us["floor+sum"], us["ours"], us["naive"], us["gymnasium"],
             us["replay"], us["ours"] / us["floor"], us["ours"] / us["floor+sum"],
-            us["naive"] / us["floor"], us["gymnasium"] / us["ours"],
+            us["naive"] / us["floor"], us["gymnasium/ours"],
             f"{us['rel_err']:.1e}",
         ])
     print_results(
         f"Reward stream, T={args.steps} steps, float32", headers, rows, args.markdown,
         packages=("jax", "jaxlib", "numpy", "gymnasium"),
+    )
+    print_results(
+        "Kernels launched per scan step (compiled HLO of the loop body)",
+        ["N", "floor", "floor+sum", "ours", "naive"], kernel_rows, args.markdown,
+        packages=("jax", "jaxlib"),
     )
 
 

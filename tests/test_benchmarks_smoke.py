@@ -66,8 +66,8 @@ def test_rollout(capsys):
     rows = table_rows(out)
     assert [row[0] for row in rows] == ["Pendulum-v1"]
     for row in rows:
-        assert_positive_numbers(row[1:4] + row[6:7])
-        assert float(row[7]) < 1e-2  # ours against the inline normalizer
+        assert_positive_numbers(row[1:4] + row[8:9])
+        assert float(row[9]) < 1e-2  # ours against the inline normalizer
 
 
 def test_scaling(capsys):
