@@ -18,11 +18,20 @@ BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 sys.path.insert(0, BENCHMARKS)
 
 
+def tables(text: str) -> list[list[list[str]]]:
+    """The data rows of each Markdown table in ``text``, as lists of cells."""
+    found = []
+    for section in text.split("### ")[1:]:
+        lines = [line for line in section.splitlines() if line.startswith("|")]
+        assert len(lines) >= 3, section  # header, separator, at least one row
+        found.append([[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]])
+    return found
+
+
 def table_rows(text: str) -> list[list[str]]:
-    """The data rows of the Markdown table in ``text``, as lists of cells."""
-    lines = [line for line in text.splitlines() if line.startswith("|")]
-    assert len(lines) >= 3, text  # header, separator, at least one row
-    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    """The data rows of the only Markdown table in ``text``."""
+    (rows,) = tables(text)
+    return rows
 
 
 def assert_positive_numbers(cells):
@@ -49,11 +58,14 @@ def test_stream(capsys):
         "stream", ["--sizes", "8", "64", "--steps", "50", "--repeats", "2", "--markdown"], capsys
     )
     assert "Machine:" in out and "gymnasium" in out
-    rows = table_rows(out)
-    assert [row[0] for row in rows] == ["8", "64"]
-    for row in rows:
+    times, kernels = tables(out)
+    assert [row[0] for row in times] == ["8", "64"]
+    for row in times:
         assert_positive_numbers(row[1:11])
         assert float(row[11]) < 1e-3  # ours against Gymnasium's vector wrapper
+    assert [row[0] for row in kernels] == ["8", "64"]
+    for row in kernels:
+        assert all(int(cell) >= 1 for cell in row[1:]), row
 
 
 def test_rollout(capsys):
