@@ -106,6 +106,9 @@ def _resolve(parser, args):
         parser.error("--eval-only needs --checkpoint DIR with a saved checkpoint "
                      f"({'no --checkpoint given' if path is None else 'none at ' + path}).")
     env_name = args.env or ppo.PPOConfig.env_name
+    if env_name not in ppo.ENV_NAMES:
+        parser.error(f"--env {env_name!r} is not a supported gymnax environment; "
+                     f"valid names: {', '.join(ppo.ENV_NAMES)}.")
     try:
         config = ppo.default_config(env_name)
         overrides = {"normalize": not args.no_normalize}

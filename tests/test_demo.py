@@ -1,6 +1,6 @@
 """The PPO demo: command line, progress, learning, evaluation and checkpoints.
 
-One short CartPole run (2 seeds x 8192 steps) is trained through the command
+One short CartPole run (2 seeds x 16384 steps) is trained through the command
 line once per module; the library-level tests reuse its compiled functions
 (same configuration), so the module compiles the training and evaluation
 functions once each.
@@ -22,8 +22,8 @@ import rewardnorm_jax as rn
 from rewardnorm_jax import demo
 from rewardnorm_jax.examples import ppo
 
-SMALL_ARGS = ["--total-steps", "8192", "--seeds", "2"]
-SMALL = ppo.PPOConfig(total_steps=8192)  # what SMALL_ARGS resolve to: 16 updates of 512 steps
+SMALL_ARGS = ["--total-steps", "16384", "--seeds", "2"]
+SMALL = ppo.PPOConfig(total_steps=16384)  # what SMALL_ARGS resolve to: 32 updates of 512 steps
 
 
 def run_main(argv):
@@ -39,7 +39,7 @@ def eval_line(output):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """``(checkpoint_dir, output)`` of ``demo --total-steps 8192 --seeds 2 --checkpoint DIR``."""
+    """``(checkpoint_dir, output)`` of ``demo --total-steps 16384 --seeds 2 --checkpoint DIR``."""
     directory = str(tmp_path_factory.mktemp("ckpt"))
     status, output = run_main(SMALL_ARGS + ["--checkpoint", directory])
     assert status == 0
@@ -55,19 +55,18 @@ def reference(trained):
 def test_cli_prints_progress_and_summary_and_learns(trained):
     _, output = trained
     progress = [line for line in output.splitlines() if line.startswith("update ")]
-    # ceil(16 / log_lines=10) = 2: a line every 2 updates, the last at 16/16.
+    # ceil(32 / log_lines=10) = 4: a line every 4 updates, the last at 32/32.
     assert len(progress) == 8
-    assert progress[-1].startswith("update    16/16 | steps      8,192")
+    assert progress[-1].startswith("update    32/32 | steps     16,384")
     assert all("steps/s" in line and "episode return" in line for line in progress)
     assert "final training episode return" in output
     assert "normalization statistics unchanged by evaluation: yes" in output
     assert "saved checkpoint" in output and "total wall time" in output
-    first = float(re.search(r"episode return\s+([\d.]+)", progress[0]).group(1))
-    evaluated = float(re.search(r"mean return ([\d.]+)", eval_line(output)).group(1))
-    # A random CartPole policy lasts about 20 steps; 8192 steps of PPO already
-    # balance far longer (the run measured 140 when this test was written).
-    assert first < 40.0
-    assert evaluated > 60.0
+    returns = [float(re.search(r"episode return\s+([\d.]+)", line).group(1)) for line in progress]
+    # The sampled policy starts near random (episodes of about 20 steps) and
+    # balances far longer after 16,384 steps (this run measured 34 -> 194).
+    assert returns[0] < 40.0
+    assert returns[-1] > 100.0
 
 
 def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
@@ -79,7 +78,7 @@ def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
     assert serialization.to_bytes(runners) == serialization.to_bytes(reference.runners)
     stats = ppo.norm_state(runners).stats
     assert stats.count_lo.dtype == np.uint32 and stats.count_hi.dtype == np.uint32
-    assert np.all(rn.count_as_int(stats) == 8192)  # one sample per environment step
+    assert np.all(rn.count_as_int(stats) == 16384)  # one sample per environment step
     # Saving what was loaded rewrites the identical file.
     copy = os.path.join(directory, "resaved")
     ppo.save_checkpoint(copy, config, runners)
@@ -98,7 +97,7 @@ def test_resumed_run_equals_uninterrupted_continuation(trained, reference, tmp_p
     continued = ppo.train(SMALL, reference.runners)
     assert serialization.to_bytes(resumed) == serialization.to_bytes(continued.runners)
     # The statistics kept growing from the restored count.
-    assert np.all(rn.count_as_int(ppo.norm_state(resumed).stats) == 2 * 8192)
+    assert np.all(rn.count_as_int(ppo.norm_state(resumed).stats) == 2 * 16384)
 
 
 def test_eval_only_restores_and_leaves_checkpoint_untouched(trained):
@@ -169,5 +168,5 @@ def test_command_line_exit_status():
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 2
-    assert "env_name='Nope-v0' is not a supported gymnax environment" in result.stderr
+    assert "--env 'Nope-v0' is not a supported gymnax environment" in result.stderr
     assert "Pendulum-v1" in result.stderr and result.stdout == ""

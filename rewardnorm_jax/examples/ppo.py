@@ -306,9 +306,8 @@ def _optimizer(config: PPOConfig) -> optax.GradientTransformation:
     )
 
 
-def init_runner(config: PPOConfig, key: jax.Array) -> Runner:
+def init_runner(config: PPOConfig, env: Environment, key: jax.Array) -> Runner:
     """A fresh agent, optimizer, environments and normalizer for one seed."""
-    env = make_env(config)
     key, net_key, env_key = jax.random.split(key, 3)
     obs, env_state = _env_reset(env, env_key, config.num_envs)
     params = _network(config, env).init(net_key, obs)
@@ -323,13 +322,20 @@ def init_runner(config: PPOConfig, key: jax.Array) -> Runner:
 
 @functools.lru_cache(maxsize=16)
 def _jitted_init(config: PPOConfig):
-    return jax.jit(jax.vmap(lambda key: init_runner(config, key)))
+    # Environments are built outside the trace: some gymnax constructors branch on arrays.
+    env = make_env(config)
+    return jax.jit(jax.vmap(lambda key: init_runner(config, env, key)))
 
 
 def init_runners(config: PPOConfig, seed: int, num_seeds: int) -> Runner:
     """``num_seeds`` independent runners stacked on a leading axis."""
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
     return _jitted_init(config)(keys)
+
+
+def _runner_shapes(config: PPOConfig, num_seeds: int) -> Runner:
+    """Shapes and dtypes of ``init_runners(config, seed, num_seeds)``, without running it."""
+    return jax.eval_shape(_jitted_init(config), jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32))
 
 
 def norm_state(runner: Runner):
@@ -571,13 +577,13 @@ class _ProgressSink:
 def _compiled_train(config: PPOConfig, num_seeds: int):
     """``jit(vmap(train))`` compiled once per configuration and number of seeds."""
     sink = _ProgressSink()
-    runners = jax.eval_shape(lambda: init_runners(config, 0, num_seeds))
+    runners = _runner_shapes(config, num_seeds)
     return jax.jit(jax.vmap(make_train(config, sink))).lower(runners).compile(), sink
 
 
 @functools.lru_cache(maxsize=16)
 def _compiled_evaluate(config: PPOConfig, num_seeds: int):
-    runners = jax.eval_shape(lambda: init_runners(config, 0, num_seeds))
+    runners = _runner_shapes(config, num_seeds)
     keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
     return jax.jit(jax.vmap(make_evaluate(config))).lower(runners, keys).compile()
 
@@ -659,7 +665,7 @@ def load_checkpoint(directory: str) -> tuple[PPOConfig, Runner]:
     if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
         raise ValueError(f"{path} is not a checkpoint of format {_CHECKPOINT_FORMAT}.")
     config = PPOConfig(**json.loads(payload["config"])).validate()
-    target = jax.eval_shape(lambda: init_runners(config, 0, int(payload["num_seeds"])))
+    target = _runner_shapes(config, int(payload["num_seeds"]))
     runners = serialization.from_state_dict(target, payload["runners"])
     for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners)):
         if want.shape != np.shape(got) or want.dtype != np.asarray(got).dtype:
