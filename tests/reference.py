@@ -67,9 +67,9 @@ def normalize_stream(
             new_ret[i] = carried * gamma + r[i] if valid[i] else carried
         if update[t]:
             rms.update(new_ret[valid])
-        new_ret = np.where(reset_after, 0.0, new_ret)
-        if not (freeze_stops_return and not update[t]):
-            ret = new_ret
+        if freeze_stops_return and not update[t]:
+            new_ret = ret  # SB3's training=False: the return does not accumulate
+        ret = np.where(reset_after, 0.0, new_ret)  # SB3 zeroes done returns on every step
         returns[t] = ret
         with np.errstate(invalid="ignore"):
             scaled = r / np.sqrt(rms.var + epsilon)

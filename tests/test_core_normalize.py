@@ -207,6 +207,27 @@ def test_freeze_is_a_traced_flag_inside_jit():
     sb3_state = sb3.update(sb3.init((2,)), jnp.array([1.0, 2.0]))
     _, sb3_frozen = jax.jit(sb3.step)(sb3_state, jnp.array([5.0, 5.0]), False, False, False)
     np.testing.assert_array_equal(sb3_frozen.ret, sb3_state.ret)  # sb3: training=False stops G
+    _, sb3_frozen_done = jax.jit(sb3.step)(
+        sb3_state, jnp.array([5.0, 5.0]), jnp.array([True, False]), False, False
+    )
+    np.testing.assert_array_equal(sb3_frozen_done.ret, [0.0, sb3_state.ret[1]])  # dones still zero G
+
+
+def test_update_stats_must_be_one_scalar_flag():
+    norm = rn.normalize_reward()
+    with pytest.raises(ValueError, match=r"update_stats has shape \(4,\); it must be a scalar"):
+        norm.step(norm.init((4,)), jnp.ones(4), False, False, jnp.ones(4, bool))
+
+
+def test_numpy_scalar_hyperparameters_are_accepted():
+    norm = rn.normalize_reward(gamma=np.float32(0.5), epsilon=np.float32(1e-8))
+    _, state = norm.step(norm.init(), 1.0)
+    _, state = norm.step(state, 2.0)
+    assert float(state.ret) == 2.5
+    clip = rn.clip_reward(np.float32(-1.0), np.float32(1.0))
+    assert float(clip.normalize(clip.init(), 3.0)) == 1.0
+    with pytest.raises(ValueError, match="gamma should be in the interval"):
+        rn.normalize_reward(gamma=True)
 
 
 def test_one_nan_in_a_million_steps_changes_nothing():

@@ -1,5 +1,6 @@
 """The reward-transform interface shared by every transform and adapter."""
 
+import numbers
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
@@ -121,3 +122,8 @@ def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
 def as_flag(value, batch_shape: Shape) -> jax.Array:
     """A boolean array of ``batch_shape`` from a scalar or array flag."""
     return jnp.broadcast_to(jnp.asarray(value, dtype=bool), batch_shape)
+
+
+def is_real(value) -> bool:
+    """Whether a hyperparameter is a real number: Python or NumPy scalar, not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)

@@ -30,10 +30,10 @@ class NormalizeRewardState:
 def check_gamma_epsilon(gamma, epsilon) -> tuple[float, float]:
     """Validates the hyperparameters; returns them as floats."""
     # gamma > 1 makes the return diverge, gamma < 0 flips its sign every step.
-    if not (isinstance(gamma, (int, float)) and 0.0 <= gamma <= 1.0):
+    if not (base.is_real(gamma) and 0.0 <= gamma <= 1.0):
         raise ValueError(f"gamma should be in the interval [0, 1], got gamma={gamma!r}.")
     # epsilon = 0 divides by zero while the variance is 0 (constant returns).
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+    if not (base.is_real(epsilon) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon should be strictly positive, got epsilon={epsilon!r}.")
     return float(gamma), float(epsilon)
 
@@ -41,7 +41,7 @@ def check_gamma_epsilon(gamma, epsilon) -> tuple[float, float]:
 def check_clip(clip) -> float | None:
     if clip is None:
         return None
-    if not (isinstance(clip, (int, float)) and clip > 0):
+    if not (base.is_real(clip) and clip > 0):
         raise ValueError(f"clip should be a positive number or None, got clip={clip!r}.")
     return float(clip)
 
@@ -50,7 +50,7 @@ def check_g_max(g_max) -> float | None:
     if g_max is None:
         return None
     # g_max <= 0 divides by zero or flips the sign of the floor.
-    if not (isinstance(g_max, (int, float)) and math.isfinite(g_max) and g_max > 0):
+    if not (base.is_real(g_max) and math.isfinite(g_max) and g_max > 0):
         raise ValueError(f"g_max should be a positive number or None, got g_max={g_max!r}.")
     return float(g_max)
 
@@ -66,7 +66,7 @@ def return_step(
     :func:`~rewardnorm_jax._src.formulas.discounted_return`, lets
     ``merge(stats, ret, valid)`` fold the valid returns into the transform's
     statistics (kept unchanged when ``update_stats`` is false), then applies
-    the post-update reset and the freeze rule of ``semantics``.
+    the freeze rule and the post-update reset of ``semantics``.
 
     Returns:
       ``(reward, ret, stats)``: the reward cast to ``dtype``, the return to
@@ -76,6 +76,11 @@ def return_step(
     base.check_step_shapes(
         shape, reward, terminated=terminated, truncated=truncated, active=active
     )
+    if jnp.shape(update_stats) != ():
+        raise ValueError(
+            f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar "
+            "boolean (one flag for the shared statistics), Python or traced."
+        )
     terminated = base.as_flag(terminated, shape)
     truncated = base.as_flag(truncated, shape)
     active = base.as_flag(True if active is None else active, shape)
@@ -87,9 +92,10 @@ def return_step(
         semantics.flag("reset_before", terminated, truncated), valid, active,
     )
     stats = rs.select(update_stats, merge(stats, new_ret, valid), stats)
-    new_ret = jnp.where(semantics.flag("reset_after", terminated, truncated), 0.0, new_ret)
-    if semantics.freeze_stops_return:
+    if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
         new_ret = jnp.where(update_stats, new_ret, ret)
+    # ... but an episode end zeroes the return whether frozen or not.
+    new_ret = jnp.where(semantics.flag("reset_after", terminated, truncated), 0.0, new_ret)
     return reward, new_ret, stats
 
 

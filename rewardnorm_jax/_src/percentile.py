@@ -44,10 +44,10 @@ class PercentileScaleRewardState:
 
 def _check_update_options(rate, low, high) -> None:
     # rate 0 never moves the averages; rate > 1 overshoots and oscillates.
-    if not (isinstance(rate, (int, float)) and 0.0 < rate <= 1.0):
+    if not (base.is_real(rate) and 0.0 < rate <= 1.0):
         raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
     # A range needs low < high inside [0, 100].
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))
+    if not (base.is_real(low) and base.is_real(high)
             and 0.0 <= low < high <= 100.0):
         raise ValueError(
             f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
@@ -56,7 +56,7 @@ def _check_update_options(rate, low, high) -> None:
 
 def _check_limit(limit) -> None:
     # limit <= 0 allows a zero or negative divisor.
-    if not (isinstance(limit, (int, float)) and math.isfinite(limit) and limit > 0):
+    if not (base.is_real(limit) and math.isfinite(limit) and limit > 0):
         raise ValueError(f"limit should be a positive number, got limit={limit!r}.")
 
 

@@ -48,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import formulas
+from rewardnorm_jax._src import base, formulas
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
@@ -118,7 +118,7 @@ def check_decay(decay) -> float | None:
         return None
     # decay = 1 is the cumulative statistics (decay=None, with an exact count);
     # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
-    if not (isinstance(decay, (int, float)) and 0.0 <= decay < 1.0):
+    if not (base.is_real(decay) and 0.0 <= decay < 1.0):
         raise ValueError(
             f"decay should be in the interval [0, 1) or None, got decay={decay!r}."
         )

@@ -25,10 +25,11 @@ def clip_reward(low: float = -1.0, high: float = 1.0) -> base.RewardTransform:
     Raises:
       ValueError: if ``low > high`` or either bound is NaN.
     """
-    if not (isinstance(low, (int, float)) and isinstance(high, (int, float))):
+    if not (base.is_real(low) and base.is_real(high)):
         raise ValueError(f"low and high should be numbers, got low={low!r}, high={high!r}.")
     if math.isnan(low) or math.isnan(high) or low > high:
         raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
+    low, high = float(low), float(high)
     return base.stateless(lambda reward: jnp.clip(reward, low, high))
 
 
@@ -43,8 +44,9 @@ def scale_reward(scale: float) -> base.RewardTransform:
     Raises:
       ValueError: if ``scale`` is not a finite number.
     """
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+    if not (base.is_real(scale) and math.isfinite(scale)):
         raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
+    scale = float(scale)
     return base.stateless(lambda reward: reward * scale)
 
 

@@ -49,7 +49,7 @@ def symexp(x: jax.typing.ArrayLike) -> jax.Array:
 
 def _check_eps(eps) -> float:
     # A negative eps makes h non-monotonic (no inverse); NaN or inf poisons every output.
-    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+    if not (base.is_real(eps) and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps should be a finite number >= 0, got eps={eps!r}.")
     return float(eps)
 
