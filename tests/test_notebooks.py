@@ -23,7 +23,7 @@ def execute(path: pathlib.Path):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
-        timeout=600,
+        timeout=300,  # per cell; the small runs take well under a minute
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
