@@ -15,7 +15,6 @@ no JAX dispatch per step and no need to enable JAX's x64 mode.
 Only this subpackage imports Gymnasium; the top-level package exports none of it.
 """
 
-import functools
 import math
 from typing import Any, Callable, SupportsFloat
 
@@ -26,7 +25,7 @@ from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium import _namespaces as ns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
-from rewardnorm_jax.gymnasium._validation import check_clip_bounds, check_gamma_epsilon
+from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
 
 __all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward", "vector"]
 
@@ -251,13 +250,11 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
         Raises:
             InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
         """
-        check_clip_bounds(min_reward, max_reward)
+        clip = clip_function(min_reward, max_reward)
         gym.utils.RecordConstructorArgs.__init__(
             self, min_reward=min_reward, max_reward=max_reward
         )
-        TransformReward.__init__(
-            self, env, functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
-        )
+        TransformReward.__init__(self, env, clip)
 
 
 from rewardnorm_jax.gymnasium import vector  # noqa: E402  (the vector twins)

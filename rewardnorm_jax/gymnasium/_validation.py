@@ -4,6 +4,7 @@ They raise :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's
 messages (Gymnasium 1.3.0 accepted these values silently).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -22,6 +23,12 @@ def check_gamma_epsilon(gamma, epsilon) -> None:
         raise InvalidBound(f"`epsilon` should be strictly positive. Received {epsilon}")
     if not math.isfinite(epsilon):
         raise InvalidBound(f"`epsilon` should be strictly positive and finite. Received {epsilon}")
+
+
+def clip_function(min_reward, max_reward):
+    """``numpy.clip`` to the bounds, after Gymnasium's ``ClipReward`` checks."""
+    check_clip_bounds(min_reward, max_reward)
+    return functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
 
 
 def check_clip_bounds(min_reward, max_reward) -> None:

@@ -5,7 +5,6 @@ r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrappe
 names. The arithmetic is :mod:`rewardnorm_jax._src.formulas` on NumPy arrays.
 """
 
-import functools
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -16,7 +15,7 @@ from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium import _namespaces as ns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
-from rewardnorm_jax.gymnasium._validation import check_clip_bounds, check_gamma_epsilon
+from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
 
 __all__ = ["ClipReward", "NormalizeReward", "TransformReward"]
 
@@ -272,10 +271,8 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
         Raises:
             InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
         """
-        check_clip_bounds(min_reward, max_reward)
+        clip = clip_function(min_reward, max_reward)
         gym.utils.RecordConstructorArgs.__init__(
             self, min_reward=min_reward, max_reward=max_reward
         )
-        TransformReward.__init__(
-            self, env, functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
-        )
+        TransformReward.__init__(self, env, clip)
