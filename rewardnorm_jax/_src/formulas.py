@@ -59,7 +59,9 @@ def batch_moments(xp, x, mask, reduce: Reduce):
 
     Two passes (mean first, then deviations), so the moments stay accurate when
     ``|mean| >> std``. Entries with ``m_i = 0`` may hold NaN or inf: they are
-    selected away, never multiplied. With ``n_b = 0`` the mean and variance are 0.
+    selected away, never multiplied. A selected infinite entry still counts;
+    its mean and variance are then infinite or NaN, which the merge turns into
+    a saturated :math:`M = +\infty`. With ``n_b = 0`` the mean and variance are 0.
     All arithmetic stays in the dtype of ``x`` (as ``numpy.mean`` / ``numpy.var``
     do), so a float32 batch gives float32 moments.
 
@@ -72,7 +74,9 @@ def batch_moments(xp, x, mask, reduce: Reduce):
     Returns:
         ``(n_b, mu_b, var_b)`` in the dtype of ``x``.
     """
-    zero = 0.0 * xp.where(mask, x, 0.0)  # zeros in the dtype of x; masked-in x is finite
+    # Zeros in the dtype of x. A masked-in x may be infinite (a return that
+    # overflowed the dtype), so it is clamped before the product: 0 * inf is NaN.
+    zero = 0.0 * xp.where(mask, xp.minimum(xp.maximum(x, -1.0), 1.0), 0.0)
     count = reduce(xp.where(mask, zero + 1.0, zero))
     divisor = xp.maximum(count, 1.0)
     mean = reduce(xp.where(mask, x, zero)) / divisor
