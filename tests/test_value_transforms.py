@@ -126,3 +126,17 @@ def test_bad_eps_raises(eps):
         rn.signed_hyperbolic_reward(eps)
     with pytest.raises(ValueError, match="eps"):
         rn.signed_parabolic(1.0, eps)
+
+
+@pytest.mark.parametrize("fn", [rn.symlog, rn.symexp, rn.signed_hyperbolic, rn.signed_parabolic])
+def test_integer_and_bool_inputs_are_computed_in_float(fn):
+    """Integer and boolean rewards (sparse 0/1 tasks) give the float values of the same numbers."""
+    floats = fn(jnp.array([0.0, 1.0, 3.0, -2.0]))
+    for values in (jnp.array([0, 1, 3, -2], jnp.int32), jnp.array([0, 1, 3, -2], jnp.int8)):
+        out = fn(values)
+        assert out.dtype == jnp.float32
+        np.testing.assert_array_equal(out, floats)
+    out = fn(jnp.array([False, True]))
+    assert out.dtype == jnp.float32
+    np.testing.assert_array_equal(out, floats[:2])
+    assert fn(jnp.float16(3.0)).dtype == jnp.float16  # floating inputs keep their dtype

@@ -9,6 +9,10 @@ its exact inverse, so a network can be trained on transformed targets
   :math:`\operatorname{sign}(x)(\sqrt{|x|+1}-1)+\varepsilon x`, inverse
   :func:`signed_parabolic`.
 
+Inputs of any real dtype are accepted: floating inputs keep their dtype,
+integer and boolean inputs are computed in JAX's default float dtype
+(float32, or float64 under x64).
+
 The ``*_reward`` factories wrap the forward functions as stateless
 :class:`~rewardnorm_jax.RewardTransform` objects for :func:`~rewardnorm_jax.chain`.
 """
@@ -19,6 +23,14 @@ import jax
 import jax.numpy as jnp
 
 from rewardnorm_jax._src import base
+
+
+def _as_float(x: jax.typing.ArrayLike) -> jax.Array:
+    """``x`` as an array of a floating dtype: its own if floating, else the default float."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return x.astype(jnp.result_type(float))
 
 
 def symlog(x: jax.typing.ArrayLike) -> jax.Array:
@@ -32,7 +44,7 @@ def symlog(x: jax.typing.ArrayLike) -> jax.Array:
       Hafner et al., `Mastering Diverse Domains through World Models
       <https://arxiv.org/abs/2301.04104>`_, 2023 (DreamerV3); rlax ``signed_logp1``.
     """
-    x = jnp.asarray(x)
+    x = _as_float(x)
     return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
@@ -43,7 +55,7 @@ def symexp(x: jax.typing.ArrayLike) -> jax.Array:
       >>> round(float(symexp(symlog(-99.0))), 3)
       -99.0
     """
-    x = jnp.asarray(x)
+    x = _as_float(x)
     return jnp.sign(x) * jnp.expm1(jnp.abs(x))
 
 
@@ -87,7 +99,7 @@ def signed_hyperbolic(x: jax.typing.ArrayLike, eps: float = 1e-3) -> jax.Array:
       rlax ``rlax/_src/transforms.py`` (``signed_hyperbolic``).
     """
     eps = _check_eps(eps)
-    x = jnp.asarray(x)
+    x = _as_float(x)
     return x / (jnp.sqrt(jnp.abs(x) + 1.0) + 1.0) + eps * x
 
 
@@ -116,7 +128,7 @@ def signed_parabolic(y: jax.typing.ArrayLike, eps: float = 1e-3) -> jax.Array:
       -50.0
     """
     eps = _check_eps(eps)
-    y = jnp.asarray(y)
+    y = _as_float(y)
     h = jnp.abs(y)
     b = 1.0 + 2.0 * eps
     u = 2.0 * h / (b + jnp.sqrt(b * b + 4.0 * eps * h))
