@@ -7,6 +7,7 @@ functions once each.
 """
 
 import contextlib
+import importlib.metadata
 import io
 import os
 import re
@@ -170,3 +171,16 @@ def test_command_line_exit_status():
     assert result.returncode == 2
     assert "--env 'Nope-v0' is not a supported gymnax environment" in result.stderr
     assert "Pendulum-v1" in result.stderr and result.stdout == ""
+
+
+def test_installed_command_runs_the_demo():
+    """The ``rewardnorm-demo`` console script is the same entry point as ``python -m``."""
+    (script,) = [
+        ep for ep in importlib.metadata.entry_points(group="console_scripts")
+        if ep.name == "rewardnorm-demo"
+    ]
+    assert script.value == "rewardnorm_jax.demo:main"
+    path = shutil.which("rewardnorm-demo", path=os.path.dirname(sys.executable))
+    assert path is not None, "rewardnorm-demo is not installed beside the interpreter"
+    result = subprocess.run([path, "--total-steps", "0"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--total-steps" in result.stderr
