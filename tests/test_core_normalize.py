@@ -230,6 +230,39 @@ def test_numpy_scalar_hyperparameters_are_accepted():
         rn.normalize_reward(gamma=True)
 
 
+def test_concrete_array_hyperparameters_are_accepted_and_traced_ones_named():
+    for gamma in (jnp.float32(0.5), np.array(0.5), jnp.array(0.5, jnp.bfloat16)):
+        norm = rn.normalize_reward(gamma=gamma, epsilon=jnp.float32(1e-8), clip=jnp.array(10.0))
+        _, state = norm.step(norm.init(), 1.0)
+        assert float(norm.step(state, 2.0)[1].ret) == 2.5
+    with pytest.raises(ValueError, match="gamma should be in the interval"):
+        rn.normalize_reward(gamma=jnp.array([0.5, 0.9]))
+    with pytest.raises(ValueError, match="gamma should be in the interval"):
+        rn.normalize_reward(gamma=jnp.array(True))
+    with pytest.raises(TypeError, match="build the transform outside jit"):
+        jax.jit(lambda g: rn.normalize_reward(gamma=g).init())(0.9)
+
+
+def test_participants_that_freeze_withhold_their_samples_from_shared_statistics():
+    """Under vmap with axis_name, per-participant flags never split the shared statistics."""
+    gamma, flags = 0.9, jnp.array([True, False, True, False])
+    rewards = jax.random.normal(jax.random.PRNGKey(3), (6, 4)) * 2.0 + 1.0
+    norm = rn.normalize_reward(gamma, axis_name="envs")
+    step = jax.vmap(norm.step, in_axes=(0, 0, None, None, 0), axis_name="envs")
+    state = jax.vmap(lambda _: norm.init())(flags)
+    expected_stats, returns = rn.init_stats(), jnp.zeros(4)
+    for reward in rewards:
+        _, state = step(state, reward, False, False, flags)
+        returns = gamma * returns + reward  # gymnasium: a freeze does not stop the return
+        expected_stats = rn.update_stats(expected_stats, returns, flags)
+    np.testing.assert_allclose(state.ret, returns, rtol=1e-6)
+    for field in ("mean", "var", "count"):
+        values = np.asarray(getattr(state.stats, field))
+        np.testing.assert_array_equal(values, values[0])  # identical on every participant
+        np.testing.assert_allclose(values[0], getattr(expected_stats, field), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(state.stats.count_lo), 12)
+
+
 def test_one_nan_in_a_million_steps_changes_nothing():
     steps = 1_000_000
     rewards = jax.random.normal(jax.random.key(0), (steps,)) + 1.0

@@ -253,6 +253,20 @@ def test_non_positive_epsilon_is_rejected(epsilon):
         NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), epsilon=epsilon)
 
 
+def test_normalize_helper_matches_gymnasium_1_3():
+    """Gymnasium 1.3's public ``normalize`` (not called by ``step``): merge all returns, scale."""
+    theirs = gym_vector.NormalizeReward(gym.make_vec("CartPole-v1", 4, vectorization_mode="sync"))
+    ours = NormalizeReward(gym.make_vec("CartPole-v1", 4, vectorization_mode="sync"))
+    run(theirs, 30, seed=5)
+    run(ours, 30, seed=5)
+    reward = np.array([1.0, -2.0, 0.5, 3.0])
+    for update in (True, False):
+        theirs.update_running_mean = ours.update_running_mean = update
+        np.testing.assert_allclose(ours.normalize(reward), theirs.normalize(reward), rtol=RTOL)
+        np.testing.assert_allclose(ours.return_rms.count, theirs.return_rms.count, rtol=1e-15)
+        np.testing.assert_allclose(ours.return_rms.var, theirs.return_rms.var, rtol=RTOL)
+
+
 def test_wrapper_interface_matches_gymnasium():
     base = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync")
     envs = NormalizeReward(base, gamma=0.9, epsilon=1e-6)

@@ -5,6 +5,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 PyTree = Any
@@ -125,5 +126,22 @@ def as_flag(value, batch_shape: Shape) -> jax.Array:
 
 
 def is_real(value) -> bool:
-    """Whether a hyperparameter is a real number: Python or NumPy scalar, not a bool."""
+    """Whether a hyperparameter is a real number, not a bool.
+
+    Python and NumPy scalars qualify, and so do concrete 0-d NumPy or JAX
+    arrays of an integer or floating dtype (``jnp.float32(0.99)``).
+
+    Raises:
+      TypeError: for a traced value: hyperparameters configure the compiled
+        computation, so a transform is built outside ``jit``.
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"hyperparameters must be concrete numbers, got the traced value {value}; "
+            "build the transform outside jit (its hyperparameters are static)."
+        )
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return value.shape == () and (
+            jnp.issubdtype(value.dtype, jnp.integer) or jnp.issubdtype(value.dtype, jnp.floating)
+        )
     return isinstance(value, numbers.Real) and not isinstance(value, bool)

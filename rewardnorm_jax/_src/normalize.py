@@ -65,8 +65,14 @@ def return_step(
     shapes, advances the return with
     :func:`~rewardnorm_jax._src.formulas.discounted_return`, lets
     ``merge(stats, ret, valid)`` fold the valid returns into the transform's
-    statistics (kept unchanged when ``update_stats`` is false), then applies
-    the freeze rule and the post-update reset of ``semantics``.
+    statistics, then applies the freeze rule and the post-update reset of
+    ``semantics``.
+
+    ``update_stats`` false leaves this call's samples out of the merge, so the
+    statistics stay unchanged (a merge of no sample is the identity, bit for
+    bit). Under ``axis_name`` each participant's flag masks its own samples:
+    participants that freeze contribute nothing, the others merge as usual,
+    and every participant still ends with identical statistics.
 
     Returns:
       ``(reward, ret, stats)``: the reward cast to ``dtype``, the return to
@@ -91,7 +97,7 @@ def return_step(
         jnp, ret, reward, gamma,
         semantics.flag("reset_before", terminated, truncated), valid, active,
     )
-    stats = rs.select(update_stats, merge(stats, new_ret, valid), stats)
+    stats = merge(stats, new_ret, valid & jnp.asarray(update_stats, bool))
     if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
         new_ret = jnp.where(update_stats, new_ret, ret)
     # ... but an episode end zeroes the return whether frozen or not.

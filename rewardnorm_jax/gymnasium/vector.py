@@ -39,10 +39,12 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
       G_i &\leftarrow 0 \quad \text{where done}_i \text{ (SAME\_STEP only)} \\
       \tilde r_i &= r_i / \sqrt{\sigma^2 + \epsilon}
 
-    so the reset-only steps of NEXT_STEP (and the first step after a manual
-    reset under DISABLED) never enter the return or the statistics, while
-    under SAME_STEP every step is a real one and a new episode starts from
-    zero. This is Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward`;
+    so the reset-only steps of NEXT_STEP (and, under DISABLED, steps of an
+    environment that ended and has not been reset) never enter the return or
+    the statistics, while under SAME_STEP every step is a real one and a new
+    episode starts from zero. ``reset`` (with or without ``reset_mask``)
+    zeroes the reset environments' returns and marks them active, so the
+    first step after a manual reset is a real one. This is Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward`;
     under NEXT_STEP it equals 1.3.0's to float64 rounding.
 
     The property ``update_running_mean`` freezes (``False``) or continues
@@ -173,15 +175,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
             semantics.flag("reset_before", terminated, truncated), valid, active,
         )
         if self._update_running_mean:
-            # The moments of the selected returns alone, in float32, as Gymnasium's
-            # np.mean / np.var of acc[active]: from 8 environments on, NumPy's pairwise
-            # sums of a where-masked full array round differently (up to 7e-8 relative).
-            batch = ret[valid]
-            if batch.size:
-                _, batch_mean, batch_var = formulas.batch_moments(
-                    ns.numpy, batch, True, ns.sum_all
-                )
-                self.return_rms.update_from_moments(batch_mean, batch_var, batch.size)
+            self._merge(ret[valid])
         if semantics.reset_after != "never":
             ret[semantics.flag("reset_after", terminated, truncated)] = 0.0
         self._prev_dones = np.logical_or(terminated, truncated)
@@ -191,6 +185,29 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
             ns.numpy, reward, float(self.return_rms.var), self.epsilon, None, False
         )
         return obs, scaled, terminated, truncated, info
+
+    def normalize(self, reward) -> np.ndarray:
+        """Gymnasium 1.3's helper, kept for code that calls it: ``step`` does not.
+
+        Merges the current discounted return of every environment (finite
+        ones) into the statistics if they are learning, then returns
+        ``reward / sqrt(var + epsilon)``.
+        """
+        if self._update_running_mean:
+            self._merge(self.accumulated_reward[np.isfinite(self.accumulated_reward)])
+        return formulas.scale_by_std(
+            ns.numpy, np.asarray(reward, np.float64), float(self.return_rms.var),
+            self.epsilon, None, False,
+        )
+
+    def _merge(self, batch: np.ndarray) -> None:
+        """Merges a 1-D batch of returns into ``return_rms`` (nothing if empty)."""
+        # The moments of the selected returns alone, as Gymnasium's np.mean /
+        # np.var of acc[active]: from 8 environments on, NumPy's pairwise sums
+        # of a where-masked full array round differently (up to 7e-8 relative).
+        if batch.size:
+            _, batch_mean, batch_var = formulas.batch_moments(ns.numpy, batch, True, ns.sum_all)
+            self.return_rms.update_from_moments(batch_mean, batch_var, batch.size)
 
 
 class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):

@@ -81,7 +81,9 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
     :class:`~rewardnorm_jax.gymnax.RewardTransformWrapper` under other
     wrappers (``LogWrapper``, :class:`~rewardnorm_jax.gymnax.VecEnv`) whose
     ``step`` does not take ``update_stats``. It may be a traced boolean; under
-    a ``jax.vmap`` of the environment it is batched like the rest of the state.
+    a ``jax.vmap`` of the environment it is batched like the rest of the state,
+    and with statistics shared through an ``axis_name`` an environment whose
+    flag is false only withholds its own returns from the shared merge.
 
     Raises:
       ValueError: if the state holds no :class:`RewardWrapperState`.
