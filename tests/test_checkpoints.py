@@ -1,12 +1,14 @@
 """save_state / load_state: bit-exact msgpack checkpoints that refuse mismatches."""
 
 import pickle
+import zlib
 
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import serialization
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
@@ -210,3 +212,38 @@ def test_gymnasium_statistics_through_the_jax_core_state_under_x64():
         loaded = rn.load_state(rn.init_stats(), rn.save_state(stats))
         back = rn_gym.RunningMeanStd.from_running_stats(loaded)
     assert back.get_state() == env.return_rms.get_state()
+
+
+def test_transform_config_as_metadata_names_every_difference():
+    norm = rn.chain(rn.clip_reward(-5.0, 5.0), rn.normalize_reward(semantics="sb3", gamma=0.9))
+    data = rn.save_state(stepped(norm), norm.config)
+    assert_bit_identical(rn.load_state(norm.init((4,)), data, norm.config), stepped(norm))
+    other = rn.chain(rn.clip_reward(-5.0, 5.0), rn.normalize_reward(semantics="purejaxrl"))
+    with pytest.raises(ValueError) as excinfo:
+        rn.load_state(other.init((4,)), data, other.config)
+    message = str(excinfo.value)
+    assert "metadata '1/semantics': checkpoint has 'sb3', expected 'purejaxrl'" in message
+    assert "metadata '1/gamma': checkpoint has 0.9, expected 0.99" in message
+    assert "metadata '1/clip': checkpoint has 10.0, expected None" in message
+    assert "1/transform" not in message and "0/" not in message  # only what differs
+
+
+def test_crafted_bodies_with_a_valid_checksum_raise_value_error():
+    def envelope(record):
+        body = serialization.msgpack_serialize(record)
+        return serialization.msgpack_serialize(
+            {"format": "rewardnorm_jax.state", "crc32": zlib.crc32(body), "body": body}
+        )
+
+    template = rn.normalize_reward().init((4,))
+    good = rn.save_state(stepped(rn.normalize_reward()))
+    version = serialization.msgpack_restore(serialization.msgpack_restore(good)["body"])["version"]
+    for record, message in [
+        ([1, 2, 3], "not a record"),
+        ({"version": version, "static": {}, "metadata": {}}, "holds no 'state'"),
+        ({"version": version, "state": {}, "static": [1], "metadata": {}}, "no 'static' mapping"),
+        ({"version": version, "state": {}, "static": {}, "metadata": 3}, "no 'metadata' mapping"),
+        ({"version": version, "state": [1.0], "static": {}, "metadata": {}}, "does not match"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            rn.load_state(template, envelope(record))

@@ -1,6 +1,7 @@
 """The reward-transform interface shared by every transform and adapter."""
 
 import numbers
+from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple, Protocol
 
 import jax
@@ -45,6 +46,32 @@ class StepFn(Protocol):
     ) -> tuple[jax.Array, PyTree]: ...
 
 
+class Config(Mapping):
+    """A read-only, hashable mapping of plain values: a transform's configuration.
+
+    Hashable so that a :class:`RewardTransform` stays usable as a static
+    argument of ``jax.jit``.
+    """
+
+    def __init__(self, items: Mapping[str, Any] = ()):
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"Config({self._items!r})"
+
+
 class RewardTransform(NamedTuple):
     """A reward transform: a named set of pure functions over a state pytree.
 
@@ -60,6 +87,12 @@ class RewardTransform(NamedTuple):
         active=None) -> (reward, state)``: ``update`` then ``normalize``, in one
         call. ``update_stats=False`` (a Python or traced boolean) freezes the
         learned statistics while rewards are still transformed.
+      config: the transform's name and hyperparameters as a flat mapping of
+        plain values (``{"transform": "normalize_reward", "gamma": 0.99,
+        "semantics": "gymnasium", ...}``; a chain prefixes its members' keys
+        with their position, ``"0/transform"``). Pass it as the metadata of
+        :func:`~rewardnorm_jax.save_state` and :func:`~rewardnorm_jax.load_state`
+        so a checkpoint of another configuration is refused by name.
 
     ``terminated`` and ``truncated`` are booleans of the reward's shape (or
     scalars); ``active`` marks the environments that took part in this step
@@ -70,6 +103,12 @@ class RewardTransform(NamedTuple):
     update: UpdateFn
     normalize: NormalizeFn
     step: StepFn
+    config: Config = Config()
+
+
+def make_config(name: str, **hyperparameters) -> Config:
+    """A transform's ``config``: its name, then its hyperparameters."""
+    return Config({"transform": name, **hyperparameters})
 
 
 @struct.dataclass
@@ -77,7 +116,7 @@ class EmptyState:
     """State of a stateless transform."""
 
 
-def stateless(fn: Callable[[jax.Array], jax.Array]) -> RewardTransform:
+def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = Config()) -> RewardTransform:
     """Wraps an elementwise reward function as a :class:`RewardTransform`."""
 
     def init(batch_shape: Shape = ()) -> EmptyState:
@@ -96,7 +135,7 @@ def stateless(fn: Callable[[jax.Array], jax.Array]) -> RewardTransform:
         del terminated, truncated, update_stats, active
         return fn(jnp.asarray(reward)), state
 
-    return RewardTransform(init, update, normalize, step)
+    return RewardTransform(init, update, normalize, step, config)
 
 
 def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:

@@ -91,6 +91,27 @@ def _check_metadata(metadata) -> dict[str, Any]:
     return metadata
 
 
+def _read_record(body: bytes) -> dict[str, Any]:
+    """The checkpoint's record, with the types ``load_state`` relies on checked."""
+    try:
+        record = serialization.msgpack_restore(body)
+    except Exception as error:
+        raise ValueError(f"checkpoint body is not msgpack: {error}") from error
+    if not isinstance(record, dict):
+        raise ValueError(f"checkpoint body is a {type(record).__name__}, not a record.")
+    if record.get("version") != VERSION:
+        raise ValueError(
+            f"checkpoint format version {record.get('version')!r} is not supported "
+            f"(this library reads version {VERSION})."
+        )
+    if "state" not in record:
+        raise ValueError("checkpoint record holds no 'state'.")
+    for key in ("static", "metadata"):
+        if not isinstance(record.get(key), dict):
+            raise ValueError(f"checkpoint record has no {key!r} mapping.")
+    return record
+
+
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serializes a transform state (any pytree of arrays) to msgpack bytes.
 
@@ -100,7 +121,8 @@ def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
         NamedTuples, tuples, dicts) of arrays, Python numbers or ``None``.
       metadata: optional ``{str: bool | int | float | str | None}`` stored in
         the header and checked by :func:`load_state`, for what the state does
-        not record: the semantics, ``gamma``, ``epsilon``...
+        not record: usually the transform's ``config`` (its semantics,
+        ``gamma``, ``epsilon``...).
 
     Returns:
       The checkpoint bytes; the arrays are stored bit-exactly.
@@ -109,10 +131,20 @@ def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
       >>> import rewardnorm_jax as rn
       >>> norm = rn.normalize_reward(semantics="sb3")
       >>> state = norm.update(norm.init((2,)), jnp.array([1.0, 2.0]))
-      >>> data = save_state(state, {"semantics": "sb3"})
-      >>> restored = load_state(norm.init((2,)), data, {"semantics": "sb3"})
+      >>> data = save_state(state, norm.config)
+      >>> restored = load_state(norm.init((2,)), data, norm.config)
       >>> float(restored.stats.mean) == float(state.stats.mean)
       True
+      >>> other = rn.normalize_reward()   # Gymnasium semantics
+      >>> load_state(other.init((2,)), data, other.config)
+      Traceback (most recent call last):
+      ...
+      ValueError: checkpoint does not match the template (leaves as dtype[shape]):
+        metadata 'clip': checkpoint has 10.0, expected None
+        metadata 'freeze_stops_return': checkpoint has True, expected False
+        metadata 'reset_after': checkpoint has 'done', expected 'never'
+        metadata 'reset_before': checkpoint has 'never', expected 'terminated'
+        metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'
     """
     body = serialization.msgpack_serialize({
         "version": VERSION,
@@ -132,8 +164,8 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
       template: a state of the expected structure, shapes and dtypes, e.g.
         ``norm.init(batch_shape)`` of the transform the state belongs to.
       data: bytes from :func:`save_state`.
-      metadata: the metadata the checkpoint must hold, or ``None`` to accept
-        any.
+      metadata: the metadata the checkpoint must hold (usually the
+        transform's ``config``), or ``None`` to accept any.
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
@@ -160,19 +192,14 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     body = envelope.get("body")
     if not isinstance(body, bytes) or zlib.crc32(body) != envelope.get("crc32"):
         raise ValueError("checkpoint is corrupt: its body does not match its crc32 checksum.")
-    record = serialization.msgpack_restore(body)
-    if record.get("version") != VERSION:
-        raise ValueError(
-            f"checkpoint format version {record.get('version')!r} is not supported "
-            f"(this library reads version {VERSION})."
-        )
+    record = _read_record(body)
     saved = record["state"]
     expected = serialization.to_state_dict(template)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
-    differences += _compare("static field", record.get("static", {}), _static_fields(template))
+    differences += _compare("static field", record["static"], _static_fields(template))
     if metadata is not None:
-        differences += _compare("metadata", record.get("metadata", {}), _check_metadata(metadata))
+        differences += _compare("metadata", record["metadata"], _check_metadata(metadata))
     if differences:
         shown = differences[:_MAX_LISTED] + [
             f"... and {len(differences) - _MAX_LISTED} more"

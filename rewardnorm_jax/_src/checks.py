@@ -85,4 +85,4 @@ def check_finite_reward() -> base.RewardTransform:
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(init, update, normalize, step)
+    return base.RewardTransform(init, update, normalize, step, base.make_config("check_finite_reward"))

@@ -55,6 +55,16 @@ def check_g_max(g_max) -> float | None:
     return float(g_max)
 
 
+def semantics_config(semantics: sem_lib.Semantics) -> dict:
+    """The recurrence's conventions as plain values, for a transform's ``config``."""
+    return {
+        "semantics": semantics.name,
+        "reset_before": semantics.reset_before,
+        "reset_after": semantics.reset_after,
+        "freeze_stops_return": semantics.freeze_stops_return,
+    }
+
+
 def return_step(
     ret, stats, reward, terminated, truncated, update_stats, active, *,
     gamma, semantics, dtype, merge,
@@ -281,4 +291,8 @@ def normalize_reward(
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(init, update, normalize, step)
+    config = base.make_config(
+        "normalize_reward", gamma=gamma, epsilon=epsilon, **semantics_config(semantics),
+        clip=clip, dtype=dtype.name, decay=decay, shared=shared, g_max=g_max,
+    )
+    return base.RewardTransform(init, update, normalize, step, config)

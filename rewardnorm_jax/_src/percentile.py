@@ -268,4 +268,9 @@ def percentile_scale_reward(
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(init, update, normalize, step)
+    config = base.make_config(
+        "percentile_scale_reward", gamma=gamma, rate=float(rate), low=float(low),
+        high=float(high), limit=float(limit), **norm_lib.semantics_config(semantics),
+        dtype=dtype.name,
+    )
+    return base.RewardTransform(init, update, normalize, step, config)

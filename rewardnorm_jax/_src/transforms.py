@@ -30,7 +30,10 @@ def clip_reward(low: float = -1.0, high: float = 1.0) -> base.RewardTransform:
     if math.isnan(low) or math.isnan(high) or low > high:
         raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
     low, high = float(low), float(high)
-    return base.stateless(lambda reward: jnp.clip(reward, low, high))
+    return base.stateless(
+        lambda reward: jnp.clip(reward, low, high),
+        base.make_config("clip_reward", low=low, high=high),
+    )
 
 
 def scale_reward(scale: float) -> base.RewardTransform:
@@ -47,7 +50,7 @@ def scale_reward(scale: float) -> base.RewardTransform:
     if not (base.is_real(scale) and math.isfinite(scale)):
         raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
     scale = float(scale)
-    return base.stateless(lambda reward: reward * scale)
+    return base.stateless(lambda reward: reward * scale, base.make_config("scale_reward", scale=scale))
 
 
 def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransform:
@@ -63,7 +66,8 @@ def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransfo
     """
     if not callable(fn):
         raise ValueError(f"fn should be callable, got {fn!r} of type {type(fn).__name__}.")
-    return base.stateless(fn)
+    name = getattr(fn, "__qualname__", type(fn).__qualname__)
+    return base.stateless(fn, base.make_config("transform_reward", fn=name))
 
 
 def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
@@ -112,4 +116,8 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(init, update, normalize, step)
+    config = base.make_config("chain", length=len(transforms))
+    config = {**config, **{
+        f"{i}/{key}": value for i, t in enumerate(transforms) for key, value in t.config.items()
+    }}
+    return base.RewardTransform(init, update, normalize, step, base.Config(config))

@@ -143,7 +143,7 @@ def symlog_reward() -> base.RewardTransform:
       >>> round(float(t.normalize(t.init(), -99.0)), 4)
       -4.6052
     """
-    return base.stateless(symlog)
+    return base.stateless(symlog, base.make_config("symlog_reward"))
 
 
 def signed_hyperbolic_reward(eps: float = 1e-3) -> base.RewardTransform:
@@ -158,4 +158,7 @@ def signed_hyperbolic_reward(eps: float = 1e-3) -> base.RewardTransform:
       2.008
     """
     eps = _check_eps(eps)
-    return base.stateless(lambda reward: signed_hyperbolic(reward, eps))
+    return base.stateless(
+        lambda reward: signed_hyperbolic(reward, eps),
+        base.make_config("signed_hyperbolic_reward", eps=eps),
+    )
