@@ -73,8 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_checkpoint_dir(parser, directory: str) -> None:
+    """Exits with status 2 unless ``directory`` is, or can be created as, a writable folder."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        parser.error(f"--checkpoint {directory} is a file; give a directory.")
+    existing = os.path.abspath(directory)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        parser.error(f"--checkpoint {directory}: cannot write to {existing}.")
+
+
 def _resolve(parser, args):
     """Returns ``(config, runners or None)``; exits with status 2 on bad input."""
+    if args.checkpoint is not None and not args.eval_only:
+        _check_checkpoint_dir(parser, args.checkpoint)
     path = None if args.checkpoint is None else os.path.join(args.checkpoint, ppo.CHECKPOINT_FILE)
     if path is not None and os.path.exists(path):
         try:

@@ -147,13 +147,19 @@ def test_evaluation_freezes_and_keeps_statistics(reference):
         (["--checkpoint", "{trained}", "--seeds", "3"], "does not match the checkpoint"),
         (["--checkpoint", "{trained}", "--no-normalize"], "does not match the checkpoint"),
         (["--checkpoint", "{corrupt}"], "cannot read the checkpoint"),
+        (["--checkpoint", "{a_file}"], "--checkpoint {a_file} is a file; give a directory"),
+        (["--checkpoint", "{a_file}/sub"], "cannot write to {a_file}"),
     ],
 )
 def test_bad_input_exits_2_with_message(argv, message, trained, tmp_path, capsys):
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
     (corrupt / ppo.CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
-    names = {"empty": str(tmp_path), "trained": trained[0], "corrupt": str(corrupt)}
+    a_file = tmp_path / "a_file"
+    a_file.write_text("not a directory")
+    names = {
+        "empty": str(tmp_path), "trained": trained[0], "corrupt": str(corrupt), "a_file": str(a_file)
+    }
     argv = [arg.format(**names) for arg in argv]
     with pytest.raises(SystemExit) as exit_info:
         demo.main(argv)
