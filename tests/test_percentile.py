@@ -104,6 +104,33 @@ def test_axis_name_gathers_exact_global_percentiles():
     np.testing.assert_allclose(whole.high, np.percentile(np.asarray(parts), 95), rtol=1e-6)
 
 
+def test_tuple_axis_names_gather_the_whole_grid():
+    parts = jnp.asarray(np.random.default_rng(4).normal(size=(2, 3, 20)), jnp.float32)
+    update = lambda x: rn.update_percentiles(rn.init_percentiles(), x, rate=1.0, axis_name=("a", "b"))  # noqa: E731
+    gathered = jax.jit(jax.vmap(jax.vmap(update, axis_name="b"), axis_name="a"))(parts)
+    whole = rn.update_percentiles(rn.init_percentiles(), parts, rate=1.0)
+    np.testing.assert_array_equal(gathered.low, np.full((2, 3), whole.low))
+    np.testing.assert_array_equal(gathered.high, np.full((2, 3), whole.high))
+
+
+def test_shard_map_sees_the_percentiles_as_replicated():
+    """Under shard_map's replication check, the shared percentiles may be returned as P()."""
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
+    scaler = rn.percentile_scale_reward(axis_name="d")
+    spec = rn.PercentileScaleRewardState(percentiles=P(), ret=P("d"))
+    step = jax.jit(jax.shard_map(
+        scaler.step, mesh=mesh, in_specs=(spec, P("d")), out_specs=(P("d"), spec)
+    ))
+    rewards = jnp.linspace(-3.0, 5.0, 8)
+    out, state = step(scaler.init((8,)), rewards)
+    plain = rn.percentile_scale_reward()
+    expected_out, expected = plain.step(plain.init((8,)), rewards)
+    np.testing.assert_array_equal(out, expected_out)
+    np.testing.assert_array_equal(state.percentiles.high, expected.percentiles.high)
+
+
 @pytest.mark.parametrize("semantics", ["gymnasium", "purejaxrl"])
 def test_reward_transform_matches_reference_stream(semantics):
     rng = np.random.default_rng(2)

@@ -99,6 +99,9 @@ def update_percentiles(
     sort of :math:`P \cdot B` values on each (:math:`P` participants, :math:`B`
     values each), which is negligible for the thousands of returns of a
     training step but grows with the global batch; DreamerV3 does the same.
+    A tuple of names gathers along each in turn. The result is then reduced
+    with a ``pmax`` of two scalars (a no-op on values already identical), so
+    ``shard_map``'s replication check sees it as replicated (``P()``).
 
     Args:
       state: current averages.
@@ -136,14 +139,18 @@ def update_percentiles(
             raise ValueError(f"mask has shape {mask.shape}, expected {values.shape}.")
         valid = valid & mask
     values = jnp.where(valid, values, jnp.nan)
-    if axis_name is not None:
-        values = jax.lax.all_gather(values, axis_name)
+    names = () if axis_name is None else axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    for name in names:
+        values = jax.lax.all_gather(values, name)
     batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
     new = PercentileState(
         low=(1.0 - rate) * state.low + rate * batch[0],
         high=(1.0 - rate) * state.high + rate * batch[1],
     )
-    return rs.select(jnp.any(~jnp.isnan(values)), new, state)
+    new = rs.select(jnp.any(~jnp.isnan(values)), new, state)
+    if names:
+        new = jax.tree.map(lambda x: jax.lax.pmax(x, names), new)
+    return new
 
 
 def percentile_scale(state: PercentileState, limit: float = 1.0) -> jax.Array:
