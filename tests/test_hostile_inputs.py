@@ -275,6 +275,25 @@ def test_check_finite_reward_multi_dimensional_and_unbatched():
         transform.step(transform.init(), jnp.float32(jnp.nan))  # eager: raises at once
 
 
+def test_check_finite_reward_names_the_participant_under_vmap():
+    """Per-environment vmap (the gymnax adapter's second mode): the participant is the env."""
+    transform = rn.chain(
+        rn.check_finite_reward(axis_name="envs"), rn.normalize_reward(axis_name="envs")
+    )
+    step = jax.jit(checkify.checkify(jax.vmap(transform.step, axis_name="envs")))
+    state = jax.vmap(lambda _: transform.init())(jnp.arange(4))
+    err, (_, state) = step(state, jnp.array([1.0, 2.0, 3.0, 4.0]))
+    assert err.get() is None
+    err, _ = step(state, jnp.array([1.0, 2.0, jnp.nan, 4.0]))
+    assert err.get().startswith("non-finite reward nan at step 1, environment 2 (1 non-finite")
+
+    batched = rn.check_finite_reward(axis_name="devices")  # each participant holds a batch
+    step = jax.jit(checkify.checkify(jax.vmap(batched.step, axis_name="devices")))
+    rewards = jnp.array([[1.0, 2.0, 3.0], [1.0, jnp.inf, 3.0]])
+    err, _ = step(jax.vmap(lambda _: batched.init((3,)))(jnp.arange(2)), rewards)
+    assert "at step 0, participant 1, environment 1 (1 non-finite" in err.get()
+
+
 def test_check_finite_reward_cannot_be_jitted_without_checkify():
     transform = rn.chain(rn.check_finite_reward(), rn.normalize_reward())
     with pytest.raises(ValueError, match="checkify"):

@@ -15,7 +15,7 @@ class CheckFiniteRewardState:
     step: jax.Array  # uint32 scalar, number of steps taken (modulo 2^32)
 
 
-def check_finite_reward() -> base.RewardTransform:
+def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
     r"""Raises on a NaN or infinite reward, naming the step and the environment.
 
     By default the normalizers drop non-finite rewards from the return and the
@@ -31,7 +31,11 @@ def check_finite_reward() -> base.RewardTransform:
     before this one), the index of the first offending environment in the
     batch (an array of indices for multi-dimensional batches; none for a
     single unbatched environment), its reward, and
-    how many rewards of the step are non-finite. Inactive environments
+    how many rewards of the step are non-finite. With ``axis_name`` (the
+    mapped axis, or tuple of axes, that the environments are split over, as
+    given to :func:`~rewardnorm_jax.normalize_reward`) the error also names
+    the participant, ``jax.lax.axis_index(axis_name)``: under a per-environment
+    ``jax.vmap`` that is the environment's index. Inactive environments
     (``active=False``) are not checked. Rewards pass through unchanged;
     ``normalize`` checks too, at the current step.
 
@@ -40,6 +44,9 @@ def check_finite_reward() -> base.RewardTransform:
     :func:`jax.experimental.checkify.checkify`, which returns the error next to
     the outputs: call ``err.throw()`` (or read ``err.get()``). Without that
     wrapper JAX refuses to trace the check, so it can never be silently off.
+
+    Args:
+      axis_name: optional mapped axis name(s) to name the participant by.
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform` whose state is
@@ -64,11 +71,18 @@ def check_finite_reward() -> base.RewardTransform:
         reward = jnp.asarray(reward)
         bad = ~jnp.isfinite(reward) & base.as_flag(True if active is None else active, reward.shape)
         first = jnp.unravel_index(jnp.argmax(bad), reward.shape)
-        where = {} if reward.ndim == 0 else {"env": jnp.stack(first) if reward.ndim > 1 else first[0]}
+        where = {}
+        if axis_name is not None:
+            where["participant"] = jax.lax.axis_index(axis_name)
+        if reward.ndim > 0:
+            where["env"] = jnp.stack(first) if reward.ndim > 1 else first[0]
+        names = {"participant": ", participant {participant}", "env": ", environment {env}"}
+        if axis_name is not None and reward.ndim == 0:  # one environment per participant
+            names["participant"] = ", environment {participant}"
         checkify.check(
             ~jnp.any(bad),
             "non-finite reward {reward} at step {step}"
-            + (", environment {env}" if where else "")
+            + "".join(names[key] for key in where)
             + " ({count} non-finite in this step)",
             reward=reward[first], step=step, count=jnp.sum(bad), **where,
         )
@@ -85,4 +99,6 @@ def check_finite_reward() -> base.RewardTransform:
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(init, update, normalize, step, base.make_config("check_finite_reward"))
+    return base.RewardTransform(
+        init, update, normalize, step, base.make_config("check_finite_reward")
+    )
