@@ -247,3 +247,45 @@ def test_crafted_bodies_with_a_valid_checksum_raise_value_error():
     ]:
         with pytest.raises(ValueError, match=message):
             rn.load_state(template, envelope(record))
+
+
+def test_gymnasium_wrappers_save_and_load_continue_bit_for_bit(tmp_path):
+    """save mid-run, load into a wrapper around an identical environment: same rewards after."""
+    def base_envs(num_envs=3):
+        return gym.make_vec("CartPole-v1", num_envs, vectorization_mode="sync")
+
+    actions = iter(np.random.default_rng(0).integers(0, 2, (400, 3)))
+    saved, twin = rn_gym_vector.NormalizeReward(base_envs()), base_envs()
+    saved.reset(seed=3)
+    twin.reset(seed=3)
+    for _ in range(300):  # save on a step where an environment awaits its autoreset
+        action = next(actions)
+        saved.step(action)
+        twin.step(action)
+        if saved._prev_dones.any():
+            break
+    assert saved._prev_dones.any()
+    path = tmp_path / "vec.msgpack"
+    saved.save(path)
+    restored = rn_gym_vector.NormalizeReward(twin)
+    restored.load(path)
+    for action in actions:
+        expected, got = saved.step(action)[1], restored.step(action)[1]
+        assert got.tobytes() == expected.tobytes()
+    with pytest.raises(ValueError, match="metadata 'gamma': checkpoint has 0.99, expected 0.9"):
+        rn_gym_vector.NormalizeReward(base_envs(), gamma=0.9).load(path)
+    with pytest.raises(ValueError, match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]'"):
+        rn_gym_vector.NormalizeReward(base_envs(2)).load(path)
+
+    env = rn_gym.NormalizeReward(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    for _ in range(30):
+        if any(env.step(env.action_space.sample())[2:4]):
+            env.reset()
+    env.save(tmp_path / "one.msgpack")
+    with pytest.raises(ValueError, match="metadata 'wrapper'"):
+        rn_gym_vector.NormalizeReward(base_envs()).load(tmp_path / "one.msgpack")
+    restored = rn_gym.NormalizeReward(gym.make("CartPole-v1"))
+    restored.load(tmp_path / "one.msgpack")
+    assert restored.discounted_reward.tobytes() == env.discounted_reward.tobytes()
+    assert restored.return_rms.get_state() == env.return_rms.get_state()

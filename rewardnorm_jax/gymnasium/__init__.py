@@ -24,6 +24,7 @@ import numpy as np
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium import _namespaces as ns
+from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
 from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
 
@@ -32,7 +33,7 @@ __all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward",
 _SEMANTICS = sem_lib.GYMNASIUM
 
 
-class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatistics):
     r"""Scales rewards so that their discounted return has approximately unit variance.
 
     Each step the wrapper updates the discounted return
@@ -46,7 +47,9 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     The property ``update_running_mean`` freezes (``False``) or continues
     (``True``, default) the statistics; rewards are still scaled and the return
-    keeps accumulating while frozen, e.g. during evaluation.
+    keeps accumulating while frozen, e.g. during evaluation. ``save(path)``
+    and ``load(path)`` write and restore the statistics and the tracked return
+    (as SB3's ``VecNormalize.save`` / ``load``; msgpack, never pickle).
 
     A vector version of the wrapper exists:
     :class:`rewardnorm_jax.gymnasium.vector.NormalizeReward`.
@@ -117,6 +120,8 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
        ``get_state`` / ``set_state`` and conversion to the JAX core; non-finite
        rewards kept out of the statistics.
     """
+
+    _checkpointed = (("discounted_reward", "discounted_reward"),)
 
     def __init__(self, env: gym.Env, gamma: float = 0.99, epsilon: float = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the return.

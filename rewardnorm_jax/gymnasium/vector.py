@@ -14,13 +14,14 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, Vect
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium import _namespaces as ns
+from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
 from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
 
 __all__ = ["ClipReward", "NormalizeReward", "TransformReward"]
 
 
-class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
+class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStatistics):
     r"""Scales rewards so that the discounted returns have approximately unit variance.
 
     One set of running statistics (``return_rms``) is shared by all
@@ -49,7 +50,10 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
 
     The property ``update_running_mean`` freezes (``False``) or continues
     (``True``, default) the statistics; rewards are still scaled and the
-    returns keep accumulating while frozen.
+    returns keep accumulating while frozen. ``save(path)`` and ``load(path)``
+    write and restore the statistics, the tracked returns and the pending
+    autoreset flags (as SB3's ``VecNormalize.save`` / ``load``; msgpack, never
+    pickle), so a restored wrapper continues bit for bit.
 
     Note:
         ``reset()`` zeroes every return; ``reset(options={"reset_mask": m})``
@@ -110,6 +114,8 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs):
        ``InvalidBound`` checks); partial resets zero only the reset
        environments' returns; non-finite rewards kept out of the statistics.
     """
+
+    _checkpointed = (("accumulated_reward", "accumulated_reward"), ("prev_dones", "_prev_dones"))
 
     def __init__(self, env: VectorEnv, gamma: float = 0.99, epsilon: float = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the returns.
