@@ -2,8 +2,9 @@
 
 Run ``python -m rewardnorm_jax.demo --help`` for the options. With the
 defaults it trains four seeds of PPO on CartPole-v1 for 500,000 steps each
-(one jitted, vmapped function), printing progress from inside the jitted
-loop, then evaluates each agent with the normalization statistics frozen.
+(one jitted, vmapped function, called in chunks of updates so that a progress
+line is printed about every tenth of the run), then evaluates each agent with
+the normalization statistics frozen.
 
 ``--checkpoint DIR`` saves the agents, optimizers, environments and
 normalization statistics after training; when ``DIR`` already holds a

@@ -405,21 +405,21 @@ def _loss(config, env, network, params, batch: Sample, advantages, targets):
     return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
 
 
-def make_train(config: PPOConfig, progress: Callable | None = None) -> Callable[[Runner], tuple]:
-    """The training function of one seed: ``train(runner) -> (runner, Metrics)``.
+def make_train(config: PPOConfig, num_updates: int | None = None) -> Callable[..., tuple]:
+    """The training function of one seed: ``train(runner, first_update=0) -> (runner, Metrics)``.
 
-    It runs ``config.num_updates`` PPO updates in one ``lax.scan`` and is meant
-    to be wrapped in ``jax.jit(jax.vmap(...))``. With ``progress``, it calls
-    ``progress(update, episode_return)`` from inside the loop through
-    ``jax.debug.callback`` about ``config.log_lines`` times (once per seed under
-    ``vmap``); see :class:`ProgressPrinter`.
+    It runs ``num_updates`` PPO updates (default ``config.num_updates``, the
+    whole run) in one ``lax.scan``, numbered from ``first_update`` (a traced
+    integer: where the chunk sits in the run, for the learning-rate schedule),
+    and is meant to be wrapped in ``jax.jit(jax.vmap(..., in_axes=(0, None)))``.
+    :func:`train` calls it chunk after chunk to print progress in between.
     """
     config.validate()
     env = make_env(config)
     network = _network(config, env)
     optimizer = _optimizer(config)
-    num_updates = config.num_updates
-    log_every = -(-num_updates // config.log_lines)  # ceil: at most log_lines lines
+    total_updates = config.num_updates
+    num_updates = total_updates if num_updates is None else num_updates
     minibatch_size = config.batch_size // config.num_minibatches
     grad_fn = jax.grad(lambda p, *a: _loss(config, env, network, p, *a))
 
@@ -441,7 +441,7 @@ def make_train(config: PPOConfig, progress: Callable | None = None) -> Callable[
 
         # Learning rate annealed linearly to 0 over this run (as a multiplier of
         # Adam's step, so a restored optimizer state carries on unchanged).
-        lr_scale = 1.0 - index / num_updates
+        lr_scale = 1.0 - index / total_updates
 
         def epoch(carry, _):
             params, opt_state, key = carry
@@ -474,18 +474,10 @@ def make_train(config: PPOConfig, progress: Callable | None = None) -> Callable[
         log = runner.env_state.env_state  # LogWrapper's state, batched
         valid = log.returned_episode_valid
         episode_return = jnp.sum(jnp.where(valid, log.returned_episode_returns, 0.0)) / valid.sum()
-        metrics = Metrics(episode_return)
-        if progress is not None:
-            done = index + 1
-            jax.lax.cond(
-                (done % log_every == 0) | (done == num_updates),
-                lambda: jax.debug.callback(progress, done, episode_return),
-                lambda: None,
-            )
-        return runner, metrics
+        return runner, Metrics(episode_return)
 
-    def train(runner: Runner):
-        return jax.lax.scan(update, runner, jnp.arange(num_updates))
+    def train(runner: Runner, first_update=0):
+        return jax.lax.scan(update, runner, first_update + jnp.arange(num_updates))
 
     return train
 
@@ -529,56 +521,30 @@ def make_evaluate(config: PPOConfig) -> Callable:
 # --- Host-side driver -----------------------------------------------------------------
 
 
-class ProgressPrinter:
-    """Collects the per-seed progress callbacks of an update and prints one line.
-
-    Under ``jax.vmap`` the callback runs once per seed; when all seeds have
-    reported an update, the line gives the update, the environment steps per
-    seed, the mean and spread over seeds of the episode return
-    (:class:`Metrics`) and the steps per second summed over seeds since the
-    run started.
-    """
-
-    def __init__(self, config: PPOConfig, num_seeds: int, print_fn: Callable = print):
-        self.config = config
-        self.num_seeds = num_seeds
-        self.print_fn = print_fn
-        self.pending: dict[int, list] = {}
-        self.start = time.perf_counter()
-
-    def __call__(self, update, episode_return):
-        update = int(update)
-        self.pending.setdefault(update, []).append(float(episode_return))
-        if len(self.pending[update]) < self.num_seeds:
-            return
-        returns = np.array(self.pending.pop(update))
-        steps = update * self.config.batch_size
-        rate = steps * self.num_seeds / max(time.perf_counter() - self.start, 1e-9)
-        finite = returns[np.isfinite(returns)]
-        text = f"{finite.mean():8.2f} ± {finite.std():6.2f}" if finite.size else "     n/a"
-        self.print_fn(
-            f"update {update:5d}/{self.config.num_updates} | steps {steps:>10,d} | "
-            f"episode return {text} | {rate:10,.0f} steps/s"
-        )
+def chunk_size(num_updates: int, log_lines: int) -> int:
+    """Updates per jitted call: the largest divisor of ``num_updates`` that is at most
+    ``ceil(num_updates / log_lines)``, so one compiled chunk covers the run exactly."""
+    limit = -(-num_updates // log_lines)
+    return max(d for d in range(1, limit + 1) if num_updates % d == 0)
 
 
-class _ProgressSink:
-    """The progress callback compiled into a training function; forwards to the current run's printer."""
-
-    def __init__(self):
-        self.target = None
-
-    def __call__(self, update, episode_return):
-        if self.target is not None:
-            self.target(update, episode_return)
+def progress_line(config: PPOConfig, update: int, returns: np.ndarray, rate: float) -> str:
+    """``update u/U | steps s | episode return mean ± std | r steps/s`` over seeds."""
+    finite = returns[np.isfinite(returns)]
+    text = f"{finite.mean():8.2f} ± {finite.std():6.2f}" if finite.size else "     n/a"
+    return (
+        f"update {update:5d}/{config.num_updates} | steps {update * config.batch_size:>10,d} | "
+        f"episode return {text} | {rate:10,.0f} steps/s"
+    )
 
 
 @functools.lru_cache(maxsize=16)
 def _compiled_train(config: PPOConfig, num_seeds: int):
-    """``jit(vmap(train))`` compiled once per configuration and number of seeds."""
-    sink = _ProgressSink()
+    """``jit(vmap(train))`` of one chunk, compiled once per configuration and number of seeds."""
     runners = _runner_shapes(config, num_seeds)
-    return jax.jit(jax.vmap(make_train(config, sink))).lower(runners).compile(), sink
+    train = make_train(config, chunk_size(config.num_updates, config.log_lines))
+    first = jax.ShapeDtypeStruct((), jnp.int32)
+    return jax.jit(jax.vmap(train, in_axes=(0, None))).lower(runners, first).compile()
 
 
 @functools.lru_cache(maxsize=16)
@@ -598,19 +564,30 @@ class RunResult(NamedTuple):
 def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) -> RunResult:
     """Trains stacked ``runners`` (one per seed) for ``config.total_steps`` steps each.
 
-    ``print_fn`` receives one progress line per ``num_updates / log_lines``
-    updates (see :class:`ProgressPrinter`).
+    The run is one compiled function called chunk after chunk (see
+    :func:`chunk_size`), so the host reads the metrics between chunks:
+    ``print_fn`` receives a :func:`progress_line` about every
+    ``num_updates / log_lines`` updates and after the last. Progress needs no
+    host callback inside the compiled loop.
     """
     num_seeds = int(runners.key.shape[0])
     start = time.perf_counter()
-    compiled, sink = _compiled_train(config.validate(), num_seeds)
+    compiled = _compiled_train(config.validate(), num_seeds)
     compile_s = time.perf_counter() - start
-    sink.target = None if print_fn is None else ProgressPrinter(config, num_seeds, print_fn)
+    chunk = chunk_size(config.num_updates, config.log_lines)
+    log_every = -(-config.num_updates // config.log_lines)
     start = time.perf_counter()
-    try:
-        runners, metrics = jax.block_until_ready(compiled(runners))
-    finally:
-        sink.target = None
+    returns = []
+    for first in range(0, config.num_updates, chunk):
+        runners, metrics = compiled(runners, jnp.int32(first))
+        returns.append(metrics.episode_return)
+        done = first + chunk
+        crossed = done // log_every > first // log_every or done == config.num_updates
+        if print_fn is not None and crossed:
+            rate = done * config.batch_size * num_seeds / max(time.perf_counter() - start, 1e-9)
+            print_fn(progress_line(config, done, np.asarray(metrics.episode_return[:, -1]), rate))
+    runners = jax.block_until_ready(runners)
+    metrics = Metrics(jnp.concatenate(returns, axis=1))
     return RunResult(runners, metrics, compile_s, time.perf_counter() - start)
 
 
