@@ -584,8 +584,9 @@ def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) 
         done = first + chunk
         crossed = done // log_every > first // log_every or done == config.num_updates
         if print_fn is not None and crossed:
+            latest = np.asarray(metrics.episode_return[:, -1])  # waits for this chunk
             rate = done * config.batch_size * num_seeds / max(time.perf_counter() - start, 1e-9)
-            print_fn(progress_line(config, done, np.asarray(metrics.episode_return[:, -1]), rate))
+            print_fn(progress_line(config, done, latest, rate))
     runners = jax.block_until_ready(runners)
     metrics = Metrics(jnp.concatenate(returns, axis=1))
     return RunResult(runners, metrics, compile_s, time.perf_counter() - start)
