@@ -324,18 +324,26 @@ def init_runner(config: PPOConfig, env: Environment, key: jax.Array) -> Runner:
 def _jitted_init(config: PPOConfig):
     # Environments are built outside the trace: some gymnax constructors branch on arrays.
     env = make_env(config)
-    return jax.jit(jax.vmap(lambda key: init_runner(config, env, key)))
+    return jax.jit(lambda key: init_runner(config, env, key))
 
 
 def init_runners(config: PPOConfig, seed: int, num_seeds: int) -> Runner:
-    """``num_seeds`` independent runners stacked on a leading axis."""
+    """``num_seeds`` independent runners stacked on a leading axis.
+
+    Each seed is initialised by its own call. A vmapped initialisation would
+    batch the orthogonal initializers' QR factorizations, which jaxlib's CPU
+    LAPACK kernels split over the intra-op thread pool and wait for; two of
+    them running at once on a two-thread pool deadlock it.
+    """
+    init = _jitted_init(config)
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
-    return _jitted_init(config)(keys)
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *(init(key) for key in keys))
 
 
 def _runner_shapes(config: PPOConfig, num_seeds: int) -> Runner:
     """Shapes and dtypes of ``init_runners(config, seed, num_seeds)``, without running it."""
-    return jax.eval_shape(_jitted_init(config), jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32))
+    keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+    return jax.eval_shape(jax.vmap(_jitted_init(config)), keys)
 
 
 def norm_state(runner: Runner):
