@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from flax import serialization
@@ -190,3 +191,25 @@ def test_installed_command_runs_the_demo():
     assert path is not None, "rewardnorm-demo is not installed beside the interpreter"
     result = subprocess.run([path, "--total-steps", "0"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--total-steps" in result.stderr
+
+
+def _equations(jaxpr):
+    """Every equation of ``jaxpr``, including those of nested jaxprs (jit, scan, cond...)."""
+    for equation in jaxpr.eqns:
+        yield equation
+        for param in equation.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    yield from _equations(inner if hasattr(inner, "eqns") else inner.jaxpr)
+
+
+def test_initialisation_factorizes_one_matrix_at_a_time():
+    """Batched QR (a vmapped orthogonal init) deadlocks jaxlib's two-thread CPU pool: never batch it."""
+    init = ppo._jitted_init(SMALL)
+    jaxpr = jax.make_jaxpr(init)(jax.random.PRNGKey(0)).jaxpr
+    shapes = [var.aval.shape for eq in _equations(jaxpr) if eq.primitive.name == "qr" for var in eq.invars]
+    assert shapes and all(len(shape) == 2 for shape in shapes)
+    runners = ppo.init_runners(SMALL, seed=0, num_seeds=3)
+    assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 3))
+    assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(runners))
