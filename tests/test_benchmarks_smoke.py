@@ -9,13 +9,8 @@ normalizer in ``rollout.py``; those raise on a mismatch).
 
 import importlib
 import math
-import os
-import sys
 
 import pytest
-
-BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-sys.path.insert(0, BENCHMARKS)
 
 
 def tables(text: str) -> list[list[list[str]]]:

@@ -12,43 +12,34 @@ from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, Log
 
 import rewardnorm_jax as rn
 from rewardnorm_jax import gymnax as rgx
+from stream import inline_init, inline_step
 
 NUM_ENVS = 1024
 STEPS = 200
 GAMMA = 0.99
 
 
-# --- a PureJaxRL-style reference, written from SEMANTICS.md --------------------------------
+# --- a PureJaxRL-style reference ----------------------------------------------------------
 
 
 @jax.jit
 def purejaxrl_normalize_vec_reward(rewards, terminated, truncated):
     """PureJaxRL's ``NormalizeVecReward`` on a (T, N) float32 stream, step by step.
 
-    ``G = G * gamma * (1 - done) + r`` with ``done = terminated | truncated``; one
-    RunningMeanStd (mean 0, var 1, count 1e-4, float32) over the batch, merged as
-    PureJaxRL writes it; the reward is divided by ``sqrt(var + 1e-8)`` after the update.
+    The arithmetic is ``benchmarks/stream.py``'s ``inline_step`` (the benchmarks'
+    competitor, written as PureJaxRL writes it): ``G = G * gamma * (1 - done) + r``
+    with ``done = terminated | truncated``, one float32 RunningMeanStd over the
+    batch, the reward divided by ``sqrt(var + 1e-8)`` after the update.
+
+    Returns:
+      ``((mean, var, count, return), normalized rewards)``.
     """
-    f32 = functools.partial(jnp.array, dtype=jnp.float32)
 
-    def body(carry, xs):
-        mean, var, count, return_val = carry
-        reward, done = xs
-        return_val = return_val * GAMMA * (1 - done) + reward
-        batch_mean = jnp.mean(return_val, axis=0)
-        batch_var = jnp.var(return_val, axis=0)
-        batch_count = return_val.shape[0]
-        delta = batch_mean - mean
-        tot_count = count + batch_count
-        new_mean = mean + delta * batch_count / tot_count
-        m_a = var * count
-        m_b = batch_var * batch_count
-        m2 = m_a + m_b + jnp.square(delta) * count * batch_count / tot_count
-        new_var = m2 / tot_count
-        return (new_mean, new_var, tot_count, return_val), reward / jnp.sqrt(new_var + 1e-8)
+    def body(state, xs):
+        reward, state = inline_step(state, *xs)
+        return state, reward
 
-    init = (f32(0.0), f32(1.0), f32(1e-4), jnp.zeros(rewards.shape[1], jnp.float32))
-    return jax.lax.scan(body, init, (rewards, terminated | truncated))
+    return jax.lax.scan(body, inline_init(rewards.shape[1]), (rewards, terminated | truncated))
 
 
 # --- rollouts ----------------------------------------------------------------------------
