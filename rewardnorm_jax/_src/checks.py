@@ -71,18 +71,16 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
         reward = jnp.asarray(reward)
         bad = ~jnp.isfinite(reward) & base.as_flag(True if active is None else active, reward.shape)
         first = jnp.unravel_index(jnp.argmax(bad), reward.shape)
-        where = {}
-        if axis_name is not None:
+        where, text = {}, ""
+        if axis_name is not None:  # with an unbatched reward, the participant is the environment
             where["participant"] = jax.lax.axis_index(axis_name)
+            text += ", {} {{participant}}".format("environment" if reward.ndim == 0 else "participant")
         if reward.ndim > 0:
             where["env"] = jnp.stack(first) if reward.ndim > 1 else first[0]
-        names = {"participant": ", participant {participant}", "env": ", environment {env}"}
-        if axis_name is not None and reward.ndim == 0:  # one environment per participant
-            names["participant"] = ", environment {participant}"
+            text += ", environment {env}"
         checkify.check(
             ~jnp.any(bad),
-            "non-finite reward {reward} at step {step}"
-            + "".join(names[key] for key in where)
+            "non-finite reward {reward} at step {step}" + text
             + " ({count} non-finite in this step)",
             reward=reward[first], step=step, count=jnp.sum(bad), **where,
         )

@@ -116,8 +116,8 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    config = base.make_config("chain", length=len(transforms))
-    config = {**config, **{
+    members = {
         f"{i}/{key}": value for i, t in enumerate(transforms) for key, value in t.config.items()
-    }}
-    return base.RewardTransform(init, update, normalize, step, base.Config(config))
+    }
+    config = base.make_config("chain", length=len(transforms), **members)
+    return base.RewardTransform(init, update, normalize, step, config)

@@ -529,11 +529,15 @@ def make_evaluate(config: PPOConfig) -> Callable:
 # --- Host-side driver -----------------------------------------------------------------
 
 
-def chunk_size(num_updates: int, log_lines: int) -> int:
+def log_every(config: PPOConfig) -> int:
+    """Updates between progress lines: ``ceil(num_updates / log_lines)``."""
+    return -(-config.num_updates // config.log_lines)
+
+
+def chunk_size(config: PPOConfig) -> int:
     """Updates per jitted call: the largest divisor of ``num_updates`` that is at most
-    ``ceil(num_updates / log_lines)``, so one compiled chunk covers the run exactly."""
-    limit = -(-num_updates // log_lines)
-    return max(d for d in range(1, limit + 1) if num_updates % d == 0)
+    :func:`log_every`, so one compiled chunk covers the run exactly."""
+    return max(d for d in range(1, log_every(config) + 1) if config.num_updates % d == 0)
 
 
 def progress_line(config: PPOConfig, update: int, returns: np.ndarray, rate: float) -> str:
@@ -550,7 +554,7 @@ def progress_line(config: PPOConfig, update: int, returns: np.ndarray, rate: flo
 def _compiled_train(config: PPOConfig, num_seeds: int):
     """``jit(vmap(train))`` of one chunk, compiled once per configuration and number of seeds."""
     runners = _runner_shapes(config, num_seeds)
-    train = make_train(config, chunk_size(config.num_updates, config.log_lines))
+    train = make_train(config, chunk_size(config))
     first = jax.ShapeDtypeStruct((), jnp.int32)
     return jax.jit(jax.vmap(train, in_axes=(0, None))).lower(runners, first).compile()
 
@@ -582,15 +586,14 @@ def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) 
     start = time.perf_counter()
     compiled = _compiled_train(config.validate(), num_seeds)
     compile_s = time.perf_counter() - start
-    chunk = chunk_size(config.num_updates, config.log_lines)
-    log_every = -(-config.num_updates // config.log_lines)
+    chunk, every = chunk_size(config), log_every(config)
     start = time.perf_counter()
     returns = []
     for first in range(0, config.num_updates, chunk):
         runners, metrics = compiled(runners, jnp.int32(first))
         returns.append(metrics.episode_return)
         done = first + chunk
-        crossed = done // log_every > first // log_every or done == config.num_updates
+        crossed = done // every > first // every or done == config.num_updates
         if print_fn is not None and crossed:
             latest = np.asarray(metrics.episode_return[:, -1])  # waits for this chunk
             rate = done * config.batch_size * num_seeds / max(time.perf_counter() - start, 1e-9)
