@@ -26,7 +26,8 @@ import platform
 import re
 import sys
 import time
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 
@@ -82,7 +83,7 @@ def loop_kernels(jitted, *args) -> int:
         i for i, line in enumerate(lines) if re.match(rf"%?{re.escape(body.group(1))} ", line)
     )
     end = lines.index("}", start)
-    return sum(bool(_KERNEL.search(line)) for line in lines[start + 1:end])
+    return sum(bool(_KERNEL.search(line)) for line in lines[start + 1 : end])
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -154,7 +155,10 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def print_results(
-    title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], markdown: bool,
+    title: str,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    markdown: bool,
     packages: Sequence[str] = ("jax", "jaxlib", "numpy"),
 ) -> None:
     """Prints a results table, with the machine and command header in Markdown mode."""

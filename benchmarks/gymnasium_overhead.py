@@ -36,7 +36,7 @@ from rewardnorm_jax.gymnasium import NormalizeReward
 from rewardnorm_jax.gymnasium.vector import NormalizeReward as VectorNormalizeReward
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _timing  # noqa: E402
+import _timing
 
 NUM_ENVS = (1, 8, 64, 256, 1024, 4096)
 PERIOD = 64  # rows of precomputed rewards and flags the trivial envs cycle through
@@ -152,15 +152,24 @@ def vector_env(num_envs: int, steps: int, repeats: int):
     best = {name: t / steps * 1e6 for name, t in _timing.compare(variants, repeats).items()}
     gym_added = best["gymnasium"] - best["bare"]
     ours_added = best["ours"] - best["bare"]
-    return (num_envs, best["bare"], gym_added, ours_added, ours_added / gym_added,
-            gym_added / ours_added)
+    return (
+        num_envs,
+        best["bare"],
+        gym_added,
+        ours_added,
+        ours_added / gym_added,
+        gym_added / ours_added,
+    )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=50, help="steps per timed call (default 50)")
     parser.add_argument(
-        "--num-envs", type=int, nargs="+", default=list(NUM_ENVS),
+        "--num-envs",
+        type=int,
+        nargs="+",
+        default=list(NUM_ENVS),
         help=f"vector sizes to time (default {' '.join(map(str, NUM_ENVS))})",
     )
     _timing.add_common_args(parser)
@@ -174,14 +183,23 @@ def main(argv=None):
     _timing.print_results(
         "Single environment: microseconds per step",
         ("variant", "us/step", "added us/step", "added / Gymnasium's added"),
-        single_env(args.steps, args.repeats), args.markdown, packages,
+        single_env(args.steps, args.repeats),
+        args.markdown,
+        packages,
     )
     _timing.print_results(
         "Vector environment (NEXT_STEP): microseconds per step",
-        ("num_envs", "bare env", "Gymnasium added", "ours added", "ours / Gymnasium",
-         "Gymnasium / ours"),
+        (
+            "num_envs",
+            "bare env",
+            "Gymnasium added",
+            "ours added",
+            "ours / Gymnasium",
+            "Gymnasium / ours",
+        ),
         [vector_env(n, args.steps, args.repeats) for n in args.num_envs],
-        args.markdown, packages,
+        args.markdown,
+        packages,
     )
 
 

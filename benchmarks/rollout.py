@@ -27,10 +27,10 @@ import argparse
 import gymnax
 import jax
 import jax.numpy as jnp
-
 from _timing import add_common_args, compare, print_results
-from rewardnorm_jax.gymnax import NormalizeReward, VecEnv
 from stream import GAMMA, inline_init, inline_step
+
+from rewardnorm_jax.gymnax import NormalizeReward, VecEnv
 
 
 def make_rollouts(env_name: str, num_envs: int, steps: int):
@@ -94,32 +94,53 @@ def measure(env_name: str, num_envs: int, steps: int, repeats: int) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--env-names", nargs="+", default=["CartPole-v1", "Pendulum-v1"],
+        "--env-names",
+        nargs="+",
+        default=["CartPole-v1", "Pendulum-v1"],
         help="gymnax environment ids (default: CartPole-v1 Pendulum-v1)",
     )
-    parser.add_argument("--envs", type=int, default=4096, help="number of environments N (default 4096)")
+    parser.add_argument(
+        "--envs", type=int, default=4096, help="number of environments N (default 4096)"
+    )
     parser.add_argument("--steps", type=int, default=500, help="rollout length T (default 500)")
     add_common_args(parser)
     args = parser.parse_args(argv)
 
     headers = [
-        "environment", "bare ms", "ours ms", "inline ms", "ours overhead", "inline overhead",
-        "ours added us/step", "inline added us/step", "ours/inline", "max rel. diff ours vs inline",
+        "environment",
+        "bare ms",
+        "ours ms",
+        "inline ms",
+        "ours overhead",
+        "inline overhead",
+        "ours added us/step",
+        "inline added us/step",
+        "ours/inline",
+        "max rel. diff ours vs inline",
     ]
     rows = []
     for env_name in args.env_names:
         s = measure(env_name, args.envs, args.steps, args.repeats)
-        rows.append([
-            env_name, s["bare"] * 1e3, s["ours"] * 1e3, s["inline"] * 1e3,
-            f"{(s['ours'] / s['bare'] - 1) * 100:+.1f}%",
-            f"{(s['inline'] / s['bare'] - 1) * 100:+.1f}%",
-            f"{(s['ours'] - s['bare']) / args.steps * 1e6:+.2f}",
-            f"{(s['inline'] - s['bare']) / args.steps * 1e6:+.2f}",
-            s["ours"] / s["inline"], f"{s['rel_err']:.1e}",
-        ])
+        rows.append(
+            [
+                env_name,
+                s["bare"] * 1e3,
+                s["ours"] * 1e3,
+                s["inline"] * 1e3,
+                f"{(s['ours'] / s['bare'] - 1) * 100:+.1f}%",
+                f"{(s['inline'] / s['bare'] - 1) * 100:+.1f}%",
+                f"{(s['ours'] - s['bare']) / args.steps * 1e6:+.2f}",
+                f"{(s['inline'] - s['bare']) / args.steps * 1e6:+.2f}",
+                s["ours"] / s["inline"],
+                f"{s['rel_err']:.1e}",
+            ]
+        )
     print_results(
-        f"gymnax rollout, {args.envs} envs x {args.steps} steps, random policy", headers, rows,
-        args.markdown, packages=("jax", "jaxlib", "numpy", "gymnax"),
+        f"gymnax rollout, {args.envs} envs x {args.steps} steps, random policy",
+        headers,
+        rows,
+        args.markdown,
+        packages=("jax", "jaxlib", "numpy", "gymnax"),
     )
 
 

@@ -19,7 +19,6 @@ Usage::
 import argparse
 
 import jax.numpy as jnp
-
 from _timing import add_common_args, compare, print_results
 from stream import floor_scan, make_stream, naive_scan, ours_scan
 
@@ -48,7 +47,9 @@ def measure(num_envs: int, steps: int, repeats: int) -> dict:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--max-envs", type=int, default=2**20,
+        "--max-envs",
+        type=int,
+        default=2**20,
         help="largest N; N runs over the powers of 4 up to it (default 1048576)",
     )
     parser.add_argument(
@@ -58,19 +59,34 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     headers = [
-        "N", "T", "floor us/step", "ours us/step", "naive us/step", "floor ns/env-step",
-        "ours ns/env-step", "ours/floor", "naive/floor",
+        "N",
+        "T",
+        "floor us/step",
+        "ours us/step",
+        "naive us/step",
+        "floor ns/env-step",
+        "ours ns/env-step",
+        "ours/floor",
+        "naive/floor",
     ]
     rows = []
     num_envs = 1
     while num_envs <= args.max_envs:
         steps = steps_for(num_envs, args.steps)
         us = measure(num_envs, steps, args.repeats)
-        rows.append([
-            num_envs, steps, us["floor"], us["ours"], us["naive"],
-            us["floor"] / num_envs * 1e3, us["ours"] / num_envs * 1e3,
-            us["ours"] / us["floor"], us["naive"] / us["floor"],
-        ])
+        rows.append(
+            [
+                num_envs,
+                steps,
+                us["floor"],
+                us["ours"],
+                us["naive"],
+                us["floor"] / num_envs * 1e3,
+                us["ours"] / num_envs * 1e3,
+                us["ours"] / us["floor"],
+                us["naive"] / us["floor"],
+            ]
+        )
         num_envs *= 4
     print_results("Scaling with the number of environments, float32", headers, rows, args.markdown)
 

@@ -41,11 +41,11 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _timing import add_common_args, compare, loop_kernels, print_results
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers.vector import NormalizeReward as GymnasiumNormalizeReward
 
 import rewardnorm_jax as rn
-from _timing import add_common_args, compare, loop_kernels, print_results
 
 GAMMA = 0.99
 EPSILON = 1e-8
@@ -226,43 +226,74 @@ def measure(num_envs: int, steps: int, repeats: int, done_prob: float, host_step
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--sizes", type=int, nargs="+", default=[64, 1024, 4096, 65536],
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[64, 1024, 4096, 65536],
         help="numbers of environments N (default: 64 1024 4096 65536)",
     )
     parser.add_argument("--steps", type=int, default=1000, help="stream length T (default 1000)")
     parser.add_argument(
-        "--done-prob", type=float, default=0.01,
+        "--done-prob",
+        type=float,
+        default=0.01,
         help="per-step termination probability (default 0.01)",
     )
     parser.add_argument(
-        "--host-steps", type=int, default=200,
+        "--host-steps",
+        type=int,
+        default=200,
         help="steps of the stream the Gymnasium loops are timed on (default 200)",
     )
     add_common_args(parser)
     args = parser.parse_args(argv)
 
     headers = [
-        "N", "floor us/step", "floor+sum us/step", "ours us/step", "naive us/step",
-        "gymnasium us/step", "replay alone us/step", "ours/floor", "ours/(floor+sum)",
-        "naive/floor", "gymnasium/ours", "max rel. diff ours vs gymnasium",
+        "N",
+        "floor us/step",
+        "floor+sum us/step",
+        "ours us/step",
+        "naive us/step",
+        "gymnasium us/step",
+        "replay alone us/step",
+        "ours/floor",
+        "ours/(floor+sum)",
+        "naive/floor",
+        "gymnasium/ours",
+        "max rel. diff ours vs gymnasium",
     ]
     rows, kernel_rows = [], []
     for num_envs in args.sizes:
         us = measure(num_envs, args.steps, args.repeats, args.done_prob, args.host_steps)
         kernel_rows.append([num_envs, *us["kernels"].values()])
-        rows.append([
-            num_envs, us["floor"], us["floor+sum"], us["ours"], us["naive"], us["gymnasium"],
-            us["replay"], us["ours"] / us["floor"], us["ours"] / us["floor+sum"],
-            us["naive"] / us["floor"], us["gymnasium/ours"],
-            f"{us['rel_err']:.1e}",
-        ])
+        rows.append(
+            [
+                num_envs,
+                us["floor"],
+                us["floor+sum"],
+                us["ours"],
+                us["naive"],
+                us["gymnasium"],
+                us["replay"],
+                us["ours"] / us["floor"],
+                us["ours"] / us["floor+sum"],
+                us["naive"] / us["floor"],
+                us["gymnasium/ours"],
+                f"{us['rel_err']:.1e}",
+            ]
+        )
     print_results(
-        f"Reward stream, T={args.steps} steps, float32", headers, rows, args.markdown,
+        f"Reward stream, T={args.steps} steps, float32",
+        headers,
+        rows,
+        args.markdown,
         packages=("jax", "jaxlib", "numpy", "gymnasium"),
     )
     print_results(
         "Kernels launched per scan step (compiled HLO of the loop body)",
-        ["N", "floor", "floor+sum", "ours", "naive"], kernel_rows, args.markdown,
+        ["N", "floor", "floor+sum", "ours", "naive"],
+        kernel_rows,
+        args.markdown,
         packages=("jax", "jaxlib"),
     )
 

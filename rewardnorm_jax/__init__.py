@@ -47,10 +47,10 @@ from rewardnorm_jax._src.value_transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "PRIOR_COUNT",
     "CheckFiniteRewardState",
     "EmptyState",
     "NormalizeRewardState",
-    "PRIOR_COUNT",
     "PercentileScaleRewardState",
     "PercentileState",
     "RewardTransform",

@@ -54,23 +54,41 @@ def build_parser() -> argparse.ArgumentParser:
         description="PPO on a gymnax environment with rewardnorm_jax reward normalization; "
         "several seeds trained at once with jax.vmap inside one jitted function.",
     )
-    parser.add_argument("--env", default=None,
-                        help="gymnax environment name (default CartPole-v1)")
-    parser.add_argument("--total-steps", type=_positive_int, default=None,
-                        help="environment steps per seed (default: the environment's tuned "
-                        "setting, 500000 for CartPole-v1 and Pendulum-v1)")
-    parser.add_argument("--num-envs", type=_positive_int, default=None,
-                        help="parallel environments per seed (default 4; 16 for Box actions)")
-    parser.add_argument("--seeds", type=_positive_int, default=None,
-                        help="number of seeds trained at once with jax.vmap (default 4)")
-    parser.add_argument("--seed", type=_non_negative_int, default=0,
-                        help="base random seed (default 0)")
-    parser.add_argument("--no-normalize", action="store_true",
-                        help="train on raw rewards (no reward normalization)")
-    parser.add_argument("--checkpoint", metavar="DIR", default=None,
-                        help="save agent and normalization state to DIR; resume if DIR holds one")
-    parser.add_argument("--eval-only", action="store_true",
-                        help="only evaluate the checkpoint in --checkpoint DIR")
+    parser.add_argument("--env", default=None, help="gymnax environment name (default CartPole-v1)")
+    parser.add_argument(
+        "--total-steps",
+        type=_positive_int,
+        default=None,
+        help="environment steps per seed (default: the environment's tuned "
+        "setting, 500000 for CartPole-v1 and Pendulum-v1)",
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=_positive_int,
+        default=None,
+        help="parallel environments per seed (default 4; 16 for Box actions)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=None,
+        help="number of seeds trained at once with jax.vmap (default 4)",
+    )
+    parser.add_argument(
+        "--seed", type=_non_negative_int, default=0, help="base random seed (default 0)"
+    )
+    parser.add_argument(
+        "--no-normalize", action="store_true", help="train on raw rewards (no reward normalization)"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        default=None,
+        help="save agent and normalization state to DIR; resume if DIR holds one",
+    )
+    parser.add_argument(
+        "--eval-only", action="store_true", help="only evaluate the checkpoint in --checkpoint DIR"
+    )
     return parser
 
 
@@ -108,8 +126,10 @@ def _resolve(parser, args):
         if args.no_normalize and config.normalize:
             conflicts.append("--no-normalize (checkpoint: trained with normalization)")
         if conflicts:
-            parser.error(f"{'; '.join(conflicts)} does not match the checkpoint in "
-                         f"{args.checkpoint}; leave it out to resume or evaluate the checkpoint.")
+            parser.error(
+                f"{'; '.join(conflicts)} does not match the checkpoint in "
+                f"{args.checkpoint}; leave it out to resume or evaluate the checkpoint."
+            )
         if args.total_steps is not None:
             config = dataclasses.replace(config, total_steps=args.total_steps)
         try:
@@ -117,12 +137,16 @@ def _resolve(parser, args):
         except ValueError as error:
             parser.error(str(error))
     if args.eval_only:
-        parser.error("--eval-only needs --checkpoint DIR with a saved checkpoint "
-                     f"({'no --checkpoint given' if path is None else 'none at ' + path}).")
+        parser.error(
+            "--eval-only needs --checkpoint DIR with a saved checkpoint "
+            f"({'no --checkpoint given' if path is None else 'none at ' + path})."
+        )
     env_name = args.env or ppo.PPOConfig.env_name
     if env_name not in ppo.ENV_NAMES:
-        parser.error(f"--env {env_name!r} is not a supported gymnax environment; "
-                     f"valid names: {', '.join(ppo.ENV_NAMES)}.")
+        parser.error(
+            f"--env {env_name!r} is not a supported gymnax environment; "
+            f"valid names: {', '.join(ppo.ENV_NAMES)}."
+        )
     try:
         config = ppo.default_config(env_name)
         overrides = {"normalize": not args.no_normalize}
@@ -141,16 +165,20 @@ def _evaluate(config, runners, seed):
     returns = np.asarray(jax.block_until_ready(returns))
     per_seed = returns.mean(axis=1)
     frozen = ", statistics frozen" if config.normalize else ""
-    print(f"evaluation ({config.num_eval_envs} episodes per seed, policy mode{frozen}): "
-          f"mean return {per_seed.mean():.2f} ± {per_seed.std():.2f} over {per_seed.size} seeds "
-          f"[{', '.join(f'{r:.1f}' for r in per_seed)}] ({time.perf_counter() - start:.1f} s)")
+    print(
+        f"evaluation ({config.num_eval_envs} episodes per seed, policy mode{frozen}): "
+        f"mean return {per_seed.mean():.2f} ± {per_seed.std():.2f} over {per_seed.size} seeds "
+        f"[{', '.join(f'{r:.1f}' for r in per_seed)}] ({time.perf_counter() - start:.1f} s)"
+    )
     if config.normalize:
         unchanged = serialization.to_bytes(norm_states.stats) == serialization.to_bytes(
             ppo.norm_state(runners).stats
         )
-        print(f"normalization statistics unchanged by evaluation: {'yes' if unchanged else 'NO'}; "
-              "return std per seed "
-              f"[{', '.join(f'{s:.3g}' for s in np.asarray(ppo.norm_state(runners).stats.std))}]")
+        print(
+            f"normalization statistics unchanged by evaluation: {'yes' if unchanged else 'NO'}; "
+            "return std per seed "
+            f"[{', '.join(f'{s:.3g}' for s in np.asarray(ppo.norm_state(runners).stats.std))}]"
+        )
     return per_seed
 
 
@@ -162,10 +190,13 @@ def main(argv=None) -> int:
     resumed = runners is not None
     num_seeds = int(runners.key.shape[0]) if resumed else (args.seeds or 4)
 
-    print(f"rewardnorm_jax PPO demo: {config.env_name}, {num_seeds} seeds x "
-          f"{config.num_envs} envs, reward normalization {'on' if config.normalize else 'off'}, "
-          f"JAX {jax.__version__} on {jax.devices()[0].platform} "
-          f"x{jax.device_count()}", flush=True)
+    print(
+        f"rewardnorm_jax PPO demo: {config.env_name}, {num_seeds} seeds x "
+        f"{config.num_envs} envs, reward normalization {'on' if config.normalize else 'off'}, "
+        f"JAX {jax.__version__} on {jax.devices()[0].platform} "
+        f"x{jax.device_count()}",
+        flush=True,
+    )
     if resumed:
         print(f"restored checkpoint {os.path.join(args.checkpoint, ppo.CHECKPOINT_FILE)}")
     if args.eval_only:
@@ -175,15 +206,22 @@ def main(argv=None) -> int:
 
     if not resumed:
         runners = ppo.init_runners(config, args.seed, num_seeds)
-    print(f"training {config.num_updates} updates of {config.batch_size} steps per seed "
-          f"({config.num_updates * config.batch_size:,} steps per seed); compiling ...", flush=True)
+    print(
+        f"training {config.num_updates} updates of {config.batch_size} steps per seed "
+        f"({config.num_updates * config.batch_size:,} steps per seed); compiling ...",
+        flush=True,
+    )
     result = ppo.train(config, runners, lambda line: print(line, flush=True))
-    print(f"compiled in {result.compile_s:.1f} s, trained in {result.train_s:.1f} s "
-          f"({config.num_updates * config.batch_size * num_seeds / result.train_s:,.0f} steps/s "
-          "over all seeds)")
+    print(
+        f"compiled in {result.compile_s:.1f} s, trained in {result.train_s:.1f} s "
+        f"({config.num_updates * config.batch_size * num_seeds / result.train_s:,.0f} steps/s "
+        "over all seeds)"
+    )
     final = np.asarray(result.metrics.episode_return)[:, -1]
-    print(f"final training episode return {np.nanmean(final):.2f} ± {np.nanstd(final):.2f} "
-          f"over {num_seeds} seeds")
+    print(
+        f"final training episode return {np.nanmean(final):.2f} ± {np.nanstd(final):.2f} "
+        f"over {num_seeds} seeds"
+    )
     _evaluate(config, result.runners, args.seed)
     if args.checkpoint is not None:
         print(f"saved checkpoint {ppo.save_checkpoint(args.checkpoint, config, result.runners)}")

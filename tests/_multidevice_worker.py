@@ -137,8 +137,12 @@ def run_vmaps(dtype, stream) -> dict:
         def per_env_step(state, reward, terminated, truncated, active):
             return norm.step(state, reward, terminated, truncated, active=active)
 
-        vstep = jax.vmap(per_env_step, in_axes=(state_axes, 0, 0, 0, 0),
-                         out_axes=(0, state_axes), axis_name="env")
+        vstep = jax.vmap(
+            per_env_step,
+            in_axes=(state_axes, 0, 0, 0, 0),
+            out_axes=(0, state_axes),
+            axis_name="env",
+        )
 
         def body(state, xs):
             reward, state = vstep(state, *xs)
@@ -167,9 +171,7 @@ def run_vmaps(dtype, stream) -> dict:
 
     grouped = {parts: [split(x, parts) for x in stream] for parts in DEVICE_COUNTS}
     results = jax.jit(program)(grouped, stream)
-    return {
-        key: [to_host(key, stats, out) for stats, out in runs] for key, runs in results.items()
-    }
+    return {key: [to_host(key, stats, out) for stats, out in runs] for key, runs in results.items()}
 
 
 def run_pmap(dtype, stream, parts):
@@ -184,7 +186,9 @@ def run_pmap(dtype, stream, parts):
 def run_pmap_of_vmap(dtype, stream):
     """Two named axes at once: ``pmap`` over 4 devices of ``vmap`` over 6 envs each."""
     per_env = jax.vmap(
-        run_all(dtype, (), ("device", "env")), in_axes=1, out_axes=[(0, 1)] * len(configs(dtype)),
+        run_all(dtype, (), ("device", "env")),
+        in_axes=1,
+        out_axes=[(0, 1)] * len(configs(dtype)),
         axis_name="env",
     )
     fn = jax.pmap(per_env, axis_name="device", devices=jax.devices()[:4])
@@ -308,10 +312,15 @@ def gymnax_runs() -> dict:
     # check_vma=False: gymnax's reset returns leaves that do not vary over the
     # mesh (env_state.time, the zero returns) which the scan then carries as
     # varying; JAX's type check rejects that carry, the values are right.
-    fn = jax.jit(jax.shard_map(
-        local, mesh=mesh, in_specs=(P("device"), P(None, "device"), P(None, "device")),
-        out_specs=(P("device"), P(None, "device")), check_vma=False,
-    ))
+    fn = jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P("device"), P(None, "device"), P(None, "device")),
+            out_specs=(P("device"), P(None, "device")),
+            check_vma=False,
+        )
+    )
     stats, out = fn(reset_keys, step_keys, actions)
     return {"gymnax_shard_map/purejaxrl/float32/8": compare(stats, out, ref_stats, ref_out)}
 
@@ -335,9 +344,11 @@ def large_batch() -> dict:
         merged = rn.update_stats(stats, batch, mask, axis_name="device")
         return jax.tree.map(lambda x: x[None], merged)
 
-    fn = jax.jit(jax.shard_map(
-        local, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P("device")
-    ))
+    fn = jax.jit(
+        jax.shard_map(
+            local, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P("device")
+        )
+    )
     merged = jax.tree.map(np.asarray, fn(stats, batch, mask))
     got, ref = final_stats(jax.tree.map(lambda x: x[0], merged)), final_stats(reference)
     exact = batch[:-1].astype(np.float64)
@@ -394,7 +405,8 @@ def distributed(port: int, process_id: int) -> dict:
         state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))
         fn = jax.jit(
             jax.shard_map(
-                lambda s, *d: scan_steps(norm, s, *d), mesh=mesh,
+                lambda s, *d: scan_steps(norm, s, *d),
+                mesh=mesh,
                 in_specs=(state_spec,) + (P(None, "device"),) * 4,
                 out_specs=(state_spec, P(None, "device")),
             )

@@ -21,13 +21,25 @@ class RunningMeanStd:
         delta = batch_mean - self.mean
         total = self.count + batch_count
         self.mean = self.mean + delta * batch_count / total
-        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        m2 = (
+            self.var * self.count
+            + batch_var * batch_count
+            + delta**2 * self.count * batch_count / total
+        )
         self.var, self.count = m2 / total, total
 
 
 def normalize_stream(
-    rewards, terminated, truncated, *, gamma=0.99, epsilon=1e-8, semantics="gymnasium",
-    clip=None, update=None, active=None,
+    rewards,
+    terminated,
+    truncated,
+    *,
+    gamma=0.99,
+    epsilon=1e-8,
+    semantics="gymnasium",
+    clip=None,
+    update=None,
+    active=None,
 ):
     """Normalized rewards, returns carried after each step, and final statistics.
 

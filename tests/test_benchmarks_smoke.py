@@ -66,8 +66,17 @@ def test_stream(capsys):
 def test_rollout(capsys):
     out = run_main(
         "rollout",
-        ["--env-names", "Pendulum-v1", "--envs", "8", "--steps", "20", "--repeats", "2",
-         "--markdown"],
+        [
+            "--env-names",
+            "Pendulum-v1",
+            "--envs",
+            "8",
+            "--steps",
+            "20",
+            "--repeats",
+            "2",
+            "--markdown",
+        ],
         capsys,
     )
     rows = table_rows(out)

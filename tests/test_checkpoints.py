@@ -48,7 +48,10 @@ TRANSFORMS = {
     "sb3": lambda: rn.normalize_reward(semantics="sb3"),
     "ema_per_env_gmax": lambda: rn.normalize_reward(decay=0.9, shared=False, g_max=10.0),
     "chain": lambda: rn.chain(
-        rn.check_finite_reward(), rn.clip_reward(-5.0, 5.0), rn.normalize_reward(), rn.symlog_reward()
+        rn.check_finite_reward(),
+        rn.clip_reward(-5.0, 5.0),
+        rn.normalize_reward(),
+        rn.symlog_reward(),
     ),
     "percentile": lambda: rn.percentile_scale_reward(),
 }
@@ -81,20 +84,25 @@ def test_round_trip_float64_under_x64_and_nan_payloads():
 def test_wrong_batch_shape_is_named_never_broadcast():
     norm = rn.normalize_reward()
     data = rn.save_state(stepped(norm, (4,)))
-    with pytest.raises(ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[8\]'"):
+    with pytest.raises(
+        ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[8\]'"
+    ):
         rn.load_state(norm.init((8,)), data)
-    with pytest.raises(ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[\]'"):
+    with pytest.raises(
+        ValueError, match=r"leaf 'ret': checkpoint has 'float32\[4\]', expected 'float32\[\]'"
+    ):
         rn.load_state(norm.init(()), data)
 
 
 def test_wrong_dtype_is_named():
     data = rn.save_state(stepped(rn.normalize_reward()))
-    with jax.enable_x64(True):
-        with pytest.raises(ValueError) as excinfo:
-            rn.load_state(rn.normalize_reward().init((4,)), data)
+    with jax.enable_x64(True), pytest.raises(ValueError) as excinfo:
+        rn.load_state(rn.normalize_reward().init((4,)), data)
     message = str(excinfo.value)
     for leaf in ("ret", "stats/mean", "stats/mean_low", "stats/m2", "stats/m2_low"):
-        assert f"leaf {leaf!r}: checkpoint has 'float32" in message and "expected 'float64" in message
+        assert (
+            f"leaf {leaf!r}: checkpoint has 'float32" in message and "expected 'float64" in message
+        )
 
 
 def test_wrong_semantics_and_options_are_named():
@@ -104,7 +112,9 @@ def test_wrong_semantics_and_options_are_named():
     assert_bit_identical(
         rn.load_state(template, data, sb3), stepped(rn.normalize_reward(semantics="sb3"))
     )
-    with pytest.raises(ValueError, match="metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'"):
+    with pytest.raises(
+        ValueError, match="metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'"
+    ):
         rn.load_state(template, data, {"semantics": "gymnasium", "gamma": 0.99})
     with pytest.raises(ValueError, match="metadata 'gamma': checkpoint has 0.99, expected 0.9"):
         rn.load_state(template, data, {"semantics": "sb3", "gamma": 0.9})
@@ -115,13 +125,17 @@ def test_wrong_semantics_and_options_are_named():
     assert "static field 'stats/decay': checkpoint has 0.9, expected 0.99" in str(excinfo.value)
     with pytest.raises(ValueError) as excinfo:
         rn.load_state(rn.normalize_reward().init((4,)), ema)
-    assert "leaf 'stats/weight': checkpoint has 'float32[]', expected 'NoneType'" in str(excinfo.value)
+    assert "leaf 'stats/weight': checkpoint has 'float32[]', expected 'NoneType'" in str(
+        excinfo.value
+    )
 
 
 def test_wrong_structure_is_named():
     data = rn.save_state(stepped(rn.normalize_reward()))
     template = rn.chain(rn.clip_reward(), rn.normalize_reward()).init((4,))
-    with pytest.raises(ValueError, match="leaf '1/ret': expected 'float32\\[4\\]', not in the checkpoint"):
+    with pytest.raises(
+        ValueError, match="leaf '1/ret': expected 'float32\\[4\\]', not in the checkpoint"
+    ):
         rn.load_state(template, data)
 
 
@@ -175,7 +189,10 @@ def test_gymnasium_wrapper_statistics_round_trip_bit_exactly():
     data = rn.save_state(saved, {"wrapper": "NormalizeReward", "gamma": env.gamma})
 
     fresh = rn_gym.NormalizeReward(gym.make("MountainCarContinuous-v0"))
-    template = {"return_rms": fresh.return_rms.get_state(), "discounted_reward": fresh.discounted_reward}
+    template = {
+        "return_rms": fresh.return_rms.get_state(),
+        "discounted_reward": fresh.discounted_reward,
+    }
     loaded = rn.load_state(template, data, {"wrapper": "NormalizeReward", "gamma": 0.99})
     fresh.return_rms.set_state(loaded["return_rms"])
     fresh.discounted_reward = loaded["discounted_reward"]
@@ -183,24 +200,34 @@ def test_gymnasium_wrapper_statistics_round_trip_bit_exactly():
     assert [float(v).hex() for v in fresh.return_rms.get_state().values()] == [
         float(v).hex() for v in env.return_rms.get_state().values()
     ]
-    assert np.asarray(fresh.discounted_reward).tobytes() == np.asarray(env.discounted_reward).tobytes()
+    assert (
+        np.asarray(fresh.discounted_reward).tobytes() == np.asarray(env.discounted_reward).tobytes()
+    )
 
 
 def test_gymnasium_vector_wrapper_statistics_round_trip_bit_exactly():
-    envs = run_gymnasium(
-        rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 3))
-    )
-    saved = {"return_rms": envs.return_rms.get_state(), "accumulated_reward": envs.accumulated_reward}
+    envs = run_gymnasium(rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 3)))
+    saved = {
+        "return_rms": envs.return_rms.get_state(),
+        "accumulated_reward": envs.accumulated_reward,
+    }
     fresh = rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 3))
     template = {
-        "return_rms": fresh.return_rms.get_state(), "accumulated_reward": fresh.accumulated_reward
+        "return_rms": fresh.return_rms.get_state(),
+        "accumulated_reward": fresh.accumulated_reward,
     }
     loaded = rn.load_state(template, rn.save_state(saved))
     assert_bit_identical(saved, loaded)
     wrong = rn_gym_vector.NormalizeReward(gym.make_vec("MountainCarContinuous-v0", 2))
-    with pytest.raises(ValueError, match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]', expected 'float32\[2\]'"):
+    with pytest.raises(
+        ValueError,
+        match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]', expected 'float32\[2\]'",
+    ):
         rn.load_state(
-            {"return_rms": wrong.return_rms.get_state(), "accumulated_reward": wrong.accumulated_reward},
+            {
+                "return_rms": wrong.return_rms.get_state(),
+                "accumulated_reward": wrong.accumulated_reward,
+            },
             rn.save_state(saved),
         )
 
@@ -250,7 +277,8 @@ def test_crafted_bodies_with_a_valid_checksum_raise_value_error():
 
 
 def test_gymnasium_wrappers_save_and_load_continue_bit_for_bit(tmp_path):
-    """save mid-run, load into a wrapper around an identical environment: same rewards after."""
+    """Save mid-run, load into a wrapper around an identical environment: same rewards after."""
+
     def base_envs(num_envs=3):
         return gym.make_vec("CartPole-v1", num_envs, vectorization_mode="sync")
 
@@ -274,7 +302,9 @@ def test_gymnasium_wrappers_save_and_load_continue_bit_for_bit(tmp_path):
         assert got.tobytes() == expected.tobytes()
     with pytest.raises(ValueError, match="metadata 'gamma': checkpoint has 0.99, expected 0.9"):
         rn_gym_vector.NormalizeReward(base_envs(), gamma=0.9).load(path)
-    with pytest.raises(ValueError, match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]'"):
+    with pytest.raises(
+        ValueError, match=r"leaf 'accumulated_reward': checkpoint has 'float32\[3\]'"
+    ):
         rn_gym_vector.NormalizeReward(base_envs(2)).load(path)
 
     env = rn_gym.NormalizeReward(gym.make("CartPole-v1"))

@@ -7,12 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference
 from flax import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rewardnorm_jax as rn
-import reference
 
 SEMANTICS = ["gymnasium", "sb3", "purejaxrl", "gymnasium_same_step"]
 
@@ -104,7 +104,9 @@ def test_sb3_test_stream_statistics(semantics, mean, var):
     rewards, terminated, truncated = reference.sb3_test_stream()
     _, _, state = run_stream(
         rn.normalize_reward(gamma=0.99, semantics=semantics),
-        jnp.asarray(rewards, jnp.float32), jnp.asarray(terminated), jnp.asarray(truncated),
+        jnp.asarray(rewards, jnp.float32),
+        jnp.asarray(terminated),
+        jnp.asarray(truncated),
     )
     assert float(state.stats.mean) == pytest.approx(mean, rel=1e-6)
     if var is not None:
@@ -134,10 +136,14 @@ def test_sb3_clips_at_ten_by_default_and_chain_reproduces_it():
     assert float(jnp.max(clipped)) == 10.0
     chained, _, _ = run_stream(
         rn.chain(rn.normalize_reward(semantics="sb3", clip=None), rn.clip_reward(-10.0, 10.0)),
-        rewards, terminated, truncated,
+        rewards,
+        terminated,
+        truncated,
     )
     np.testing.assert_array_equal(clipped, chained)
-    unclipped, _, _ = run_stream(rn.normalize_reward(semantics="sb3", clip=None), rewards, terminated, truncated)
+    unclipped, _, _ = run_stream(
+        rn.normalize_reward(semantics="sb3", clip=None), rewards, terminated, truncated
+    )
     assert float(jnp.max(unclipped)) > 10.0
 
 
@@ -147,12 +153,14 @@ def test_chain_feeds_transformed_rewards_into_statistics():
     _, _, (_, chained_state) = run_stream(
         rn.chain(rn.clip_reward(-1.0, 1.0), rn.normalize_reward()), rewards, flags, flags
     )
-    _, _, direct_state = run_stream(rn.normalize_reward(), jnp.clip(rewards, -1.0, 1.0), flags, flags)
+    _, _, direct_state = run_stream(
+        rn.normalize_reward(), jnp.clip(rewards, -1.0, 1.0), flags, flags
+    )
     np.testing.assert_array_equal(chained_state.stats.mean, direct_state.stats.mean)
     np.testing.assert_array_equal(chained_state.stats.m2, direct_state.stats.m2)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cached_normalizer(gamma, semantics):
     """One transform object per configuration, so jit reuses its compilation."""
     return rn.normalize_reward(gamma=gamma, semantics=semantics)
@@ -177,14 +185,23 @@ def test_matches_numpy_reference(semantics, num_envs, seed, freeze, masked, gamm
     update = rng.random(steps) < 0.7 if freeze else np.ones(steps, bool)
     active = rng.random((steps, num_envs)) < 0.8 if masked else np.ones((steps, num_envs), bool)
     expected, expected_returns, rms = reference.normalize_stream(
-        rewards, terminated, truncated, gamma=gamma, semantics=semantics, update=update,
-        active=active, clip=10.0 if semantics == "sb3" else None,
+        rewards,
+        terminated,
+        truncated,
+        gamma=gamma,
+        semantics=semantics,
+        update=update,
+        active=active,
+        clip=10.0 if semantics == "sb3" else None,
     )
     with jax.enable_x64(True):
         outputs, returns, state = run_stream(
             cached_normalizer(gamma, semantics),
-            jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(truncated),
-            jnp.asarray(update), jnp.asarray(active),
+            jnp.asarray(rewards),
+            jnp.asarray(terminated),
+            jnp.asarray(truncated),
+            jnp.asarray(update),
+            jnp.asarray(active),
         )
         np.testing.assert_allclose(outputs, expected, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(returns, expected_returns, rtol=1e-12, atol=1e-12)
@@ -210,7 +227,9 @@ def test_freeze_is_a_traced_flag_inside_jit():
     _, sb3_frozen_done = jax.jit(sb3.step)(
         sb3_state, jnp.array([5.0, 5.0]), jnp.array([True, False]), False, False
     )
-    np.testing.assert_array_equal(sb3_frozen_done.ret, [0.0, sb3_state.ret[1]])  # dones still zero G
+    np.testing.assert_array_equal(
+        sb3_frozen_done.ret, [0.0, sb3_state.ret[1]]
+    )  # dones still zero G
 
 
 def test_update_stats_must_be_one_scalar_flag():
@@ -287,7 +306,9 @@ def test_vmap_over_independent_normalizers_equals_separate_runs():
     terminated = jnp.asarray(rng.random((4, 30, 5)) < 0.1)
     truncated = jnp.zeros_like(terminated)
     norm = rn.normalize_reward()
-    batched = jax.vmap(lambda r, te, tr: run_stream(norm, r, te, tr))(rewards, terminated, truncated)
+    batched = jax.vmap(lambda r, te, tr: run_stream(norm, r, te, tr))(
+        rewards, terminated, truncated
+    )
     for i in range(4):
         single = run_stream(norm, rewards[i], terminated[i], truncated[i])
         np.testing.assert_allclose(batched[0][i], single[0], rtol=1e-6)
@@ -323,7 +344,10 @@ def test_init_and_step_give_the_same_pytree_structure_and_dtypes():
 def test_state_round_trips_through_flax_serialization_bit_exactly():
     norm = rn.chain(rn.normalize_reward(), rn.clip_reward(-5.0, 5.0))
     _, _, state = run_stream(
-        norm, jnp.linspace(-3, 7, 60).reshape(20, 3), jnp.zeros((20, 3), bool), jnp.zeros((20, 3), bool)
+        norm,
+        jnp.linspace(-3, 7, 60).reshape(20, 3),
+        jnp.zeros((20, 3), bool),
+        jnp.zeros((20, 3), bool),
     )
     restored = serialization.from_bytes(norm.init((3,)), serialization.to_bytes(state))
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):

@@ -7,9 +7,9 @@ import pytest
 from flax import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import RunningMeanStd
 
 import rewardnorm_jax as rn
-from reference import RunningMeanStd
 
 
 def test_initial_state_matches_gymnasium_running_mean_std():
@@ -53,7 +53,10 @@ def test_matches_reference_with_masks(batches, data):
 
 
 @settings(max_examples=25, deadline=None)
-@given(values=st.lists(st.floats(-100, 100, width=32), min_size=2, max_size=40), split=st.integers(1, 39))
+@given(
+    values=st.lists(st.floats(-100, 100, width=32), min_size=2, max_size=40),
+    split=st.integers(1, 39),
+)
 def test_one_batch_equals_sequential_batches(values, split):
     values = jnp.asarray(values, jnp.float32)
     split = min(split, len(values) - 1)

@@ -84,9 +84,10 @@ def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
     # Saving what was loaded rewrites the identical file.
     copy = os.path.join(directory, "resaved")
     ppo.save_checkpoint(copy, config, runners)
-    with open(os.path.join(directory, ppo.CHECKPOINT_FILE), "rb") as a, open(
-        os.path.join(copy, ppo.CHECKPOINT_FILE), "rb"
-    ) as b:
+    with (
+        open(os.path.join(directory, ppo.CHECKPOINT_FILE), "rb") as a,
+        open(os.path.join(copy, ppo.CHECKPOINT_FILE), "rb") as b,
+    ):
         assert a.read() == b.read()
 
 
@@ -159,7 +160,10 @@ def test_bad_input_exits_2_with_message(argv, message, trained, tmp_path, capsys
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
     names = {
-        "empty": str(tmp_path), "trained": trained[0], "corrupt": str(corrupt), "a_file": str(a_file)
+        "empty": str(tmp_path),
+        "trained": trained[0],
+        "corrupt": str(corrupt),
+        "a_file": str(a_file),
     }
     argv = [arg.format(**names) for arg in argv]
     with pytest.raises(SystemExit) as exit_info:
@@ -173,7 +177,9 @@ def test_bad_input_exits_2_with_message(argv, message, trained, tmp_path, capsys
 def test_command_line_exit_status():
     result = subprocess.run(
         [sys.executable, "-m", "rewardnorm_jax.demo", "--env", "Nope-v0"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "--env 'Nope-v0' is not a supported gymnax environment" in result.stderr
@@ -183,13 +189,16 @@ def test_command_line_exit_status():
 def test_installed_command_runs_the_demo():
     """The ``rewardnorm-demo`` console script is the same entry point as ``python -m``."""
     (script,) = [
-        ep for ep in importlib.metadata.entry_points(group="console_scripts")
+        ep
+        for ep in importlib.metadata.entry_points(group="console_scripts")
         if ep.name == "rewardnorm-demo"
     ]
     assert script.value == "rewardnorm_jax.demo:main"
     path = shutil.which("rewardnorm-demo", path=os.path.dirname(sys.executable))
     assert path is not None, "rewardnorm-demo is not installed beside the interpreter"
-    result = subprocess.run([path, "--total-steps", "0"], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [path, "--total-steps", "0"], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 2 and "--total-steps" in result.stderr
 
 
@@ -208,7 +217,9 @@ def test_initialisation_factorizes_one_matrix_at_a_time():
     """Batched QR (a vmapped orthogonal init) deadlocks jaxlib's two-thread CPU pool: never batch it."""
     init = ppo._jitted_init(SMALL)
     jaxpr = jax.make_jaxpr(init)(jax.random.PRNGKey(0)).jaxpr
-    shapes = [var.aval.shape for eq in _equations(jaxpr) if eq.primitive.name == "qr" for var in eq.invars]
+    shapes = [
+        var.aval.shape for eq in _equations(jaxpr) if eq.primitive.name == "qr" for var in eq.invars
+    ]
     assert shapes and all(len(shape) == 2 for shape in shapes)
     runners = ppo.init_runners(SMALL, seed=0, num_seeds=3)
     assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 3))

@@ -143,7 +143,8 @@ def test_normalize_reward_with_decay_matches_reference():
     terminated = rng.random((steps, num_envs)) < 0.1
     with jax.enable_x64(True):
         outputs, state = run_stream(
-            rn.normalize_reward(gamma, epsilon, decay=BETA), jnp.asarray(rewards),
+            rn.normalize_reward(gamma, epsilon, decay=BETA),
+            jnp.asarray(rewards),
             jnp.asarray(terminated),
         )
     ret, returns, expected = np.zeros(num_envs), [], np.zeros_like(rewards)
@@ -173,7 +174,13 @@ class _Replay(gym.Env):
 
     def step(self, action):
         t, self._t = self._t, self._t + 1
-        return np.zeros(1, np.float32), float(self._rewards[t]), bool(self._terminated[t]), False, {}
+        return (
+            np.zeros(1, np.float32),
+            float(self._rewards[t]),
+            bool(self._terminated[t]),
+            False,
+            {},
+        )
 
 
 def test_per_env_stats_equal_gymnasium_single_env_wrappers():
@@ -225,9 +232,10 @@ def simba_reference(rewards, done, gamma, g_max, epsilon=1e-8):
         ret = gamma * (1 - done[t]) * ret + rewards[t]
         b_mean, b_var, b_count = ret.mean(), ret.var(), ret.size
         delta, total = b_mean - mean, count + b_count
-        mean, var = mean + delta * b_count / total, (
-            var * count + b_var * b_count + delta**2 * count * b_count / total
-        ) / total
+        mean, var = (
+            mean + delta * b_count / total,
+            (var * count + b_var * b_count + delta**2 * count * b_count / total) / total,
+        )
         count = total
         ret_max = max(ret_max, np.max(np.abs(ret)))
         outputs[t] = rewards[t] / max(np.sqrt(var + epsilon), ret_max / g_max)
@@ -243,7 +251,8 @@ def test_g_max_floor_matches_simba_formula():
     with jax.enable_x64(True):
         outputs, state = run_stream(
             rn.normalize_reward(0.99, semantics="purejaxrl", g_max=2.0),
-            jnp.asarray(rewards), jnp.asarray(done),
+            jnp.asarray(rewards),
+            jnp.asarray(done),
         )
     np.testing.assert_allclose(outputs, expected, rtol=1e-12)
     plain = simba_reference(rewards, done, 0.99, g_max=np.inf)
@@ -270,8 +279,13 @@ def test_state_structure_is_stable_under_scan_and_cond():
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"decay": 1.0}, "decay"), ({"decay": -0.1}, "decay"), ({"decay": "0.9"}, "decay"),
-     ({"g_max": 0.0}, "g_max"), ({"g_max": float("inf")}, "g_max")],
+    [
+        ({"decay": 1.0}, "decay"),
+        ({"decay": -0.1}, "decay"),
+        ({"decay": "0.9"}, "decay"),
+        ({"g_max": 0.0}, "g_max"),
+        ({"g_max": float("inf")}, "g_max"),
+    ],
 )
 def test_bad_options_raise(kwargs, name):
     with pytest.raises(ValueError, match=name):

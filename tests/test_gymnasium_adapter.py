@@ -144,9 +144,13 @@ def test_first_step_closed_form_and_truncation_ignored():
 
 def test_non_finite_reward_passes_through_and_leaves_statistics_alone():
     rewards = [0.5, -1.0, 2.0, 0.25, 1.5]
-    with_nan = NormalizeReward(ScriptedEnv([(r, False, False) for r in rewards[:2]] + [
-        (math.nan, False, False), (math.inf, False, False)] + [
-        (r, False, False) for r in rewards[2:]]))
+    with_nan = NormalizeReward(
+        ScriptedEnv(
+            [(r, False, False) for r in rewards[:2]]
+            + [(math.nan, False, False), (math.inf, False, False)]
+            + [(r, False, False) for r in rewards[2:]]
+        )
+    )
     without = NormalizeReward(ScriptedEnv([(r, False, False) for r in rewards]))
     with_nan.reset()
     without.reset()
@@ -202,11 +206,18 @@ def test_statistics_state_round_trips_bit_exactly():
 
     restored = NormalizeReward(gym.make("CartPole-v1"))
     restored.return_rms.set_state(state)
-    for other in (restored.return_rms, pickle.loads(pickle.dumps(env.return_rms)),
-                  copy.deepcopy(env.return_rms), RunningMeanStd.from_state(state)):
+    for other in (
+        restored.return_rms,
+        pickle.loads(pickle.dumps(env.return_rms)),
+        copy.deepcopy(env.return_rms),
+        RunningMeanStd.from_state(state),
+    ):
         assert other.get_state() == state
         assert (other.mean, other.var, other.count) == (
-            env.return_rms.mean, env.return_rms.var, env.return_rms.count)
+            env.return_rms.mean,
+            env.return_rms.var,
+            env.return_rms.count,
+        )
     with pytest.raises(ValueError, match="samples"):
         RunningMeanStd.from_state({**state, "samples": -1})
     with pytest.raises(ValueError, match="missing"):
@@ -263,9 +274,18 @@ def test_running_mean_std_matches_gymnasiums():
 
 def test_transform_and_clip_reward_match_gymnasium():
     pairs = [
-        (gym_wrappers.TransformReward, TransformReward, "CartPole-v1", {"func": lambda r: 2 * r + 1}),
-        (gym_wrappers.ClipReward, ClipReward, "MountainCarContinuous-v0",
-         {"min_reward": -0.05, "max_reward": 0.0}),
+        (
+            gym_wrappers.TransformReward,
+            TransformReward,
+            "CartPole-v1",
+            {"func": lambda r: 2 * r + 1},
+        ),
+        (
+            gym_wrappers.ClipReward,
+            ClipReward,
+            "MountainCarContinuous-v0",
+            {"min_reward": -0.05, "max_reward": 0.0},
+        ),
         (gym_wrappers.ClipReward, ClipReward, "MountainCarContinuous-v0", {"max_reward": -0.01}),
     ]
     for theirs_cls, ours_cls, env_id, kwargs in pairs:
@@ -310,20 +330,29 @@ def test_host_namespaces_evaluate_the_formulas_as_numpy_does():
     for clip in (None, 1.0):
         expected = formulas.scale_by_std(np, reward, 0.3, 1e-8, clip, ~np.isfinite(reward))
         np.testing.assert_array_equal(
-            formulas.scale_by_std(ns.numpy, reward, 0.3, 1e-8, clip, ~np.isfinite(reward)), expected)
-        scalar = [formulas.scale_by_std(ns.scalar, float(r), 0.3, 1e-8, clip, not math.isfinite(r))
-                  for r in reward]
+            formulas.scale_by_std(ns.numpy, reward, 0.3, 1e-8, clip, ~np.isfinite(reward)), expected
+        )
+        scalar = [
+            formulas.scale_by_std(ns.scalar, float(r), 0.3, 1e-8, clip, not math.isfinite(r))
+            for r in reward
+        ]
         np.testing.assert_array_equal(scalar, expected)
     expected = formulas.discounted_return(np, ret, reward, 0.9, terminated, valid, active)
     np.testing.assert_array_equal(
-        formulas.discounted_return(ns.numpy, ret, reward, 0.9, terminated, valid, active), expected)
-    expected = formulas.discounted_return(np, ret.astype(np.float64), reward, 0.9, terminated,
-                                          valid, active)  # Python floats are float64
-    scalar = [formulas.discounted_return(ns.scalar, float(g), float(r), 0.9, te, va, ac)
-              for g, r, te, va, ac in zip(ret, reward, terminated, valid, active)]
+        formulas.discounted_return(ns.numpy, ret, reward, 0.9, terminated, valid, active), expected
+    )
+    expected = formulas.discounted_return(
+        np, ret.astype(np.float64), reward, 0.9, terminated, valid, active
+    )  # Python floats are float64
+    scalar = [
+        formulas.discounted_return(ns.scalar, float(g), float(r), 0.9, te, va, ac)
+        for g, r, te, va, ac in zip(ret, reward, terminated, valid, active)
+    ]
     np.testing.assert_array_equal(scalar, expected)
-    for got in (formulas.batch_moments(ns.numpy, ret[valid], True, ns.sum_all),
-                formulas.batch_moments(np, ret[valid], np.ones(valid.sum(), bool), np.sum)):
+    for got in (
+        formulas.batch_moments(ns.numpy, ret[valid], True, ns.sum_all),
+        formulas.batch_moments(np, ret[valid], np.ones(valid.sum(), bool), np.sum),
+    ):
         assert [v.dtype for v in got] == [np.float32] * 3
         np.testing.assert_array_equal(got[1:], (np.mean(ret[valid]), np.var(ret[valid])))
     assert formulas.batch_moments(ns.scalar, 2.5, True, ns.identity) == (1.0, 2.5, 0.0)

@@ -49,7 +49,9 @@ class ScriptedVectorEnv(VectorEnv):
         zeros = np.zeros(self.rewards.shape, bool)
         self.terminated = zeros if terminated is None else np.asarray(terminated, bool)
         self.truncated = zeros if truncated is None else np.asarray(truncated, bool)
-        self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP} if metadata is None else metadata
+        self.metadata = (
+            {"autoreset_mode": AutoresetMode.NEXT_STEP} if metadata is None else metadata
+        )
         self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.single_action_space = gym.spaces.Discrete(2)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -67,7 +69,8 @@ class ScriptedVectorEnv(VectorEnv):
 
 def reference(events, same_step, gamma=0.99, epsilon=1e-8):
     """Gymnasium 1.4.0's vector NormalizeReward (SEMANTICS.md), float32 returns, with:
-    partial resets zeroing only the masked returns, and non-finite rewards skipped."""
+    partial resets zeroing only the masked returns, and non-finite rewards skipped.
+    """
     rms = GymRunningMeanStd(shape=())
     acc = prev = None
     outputs = []
@@ -125,9 +128,12 @@ def test_golden_make_vec_mountain_car_continuous():
 @pytest.mark.parametrize("num_envs, mode", [(4, "sync"), (16, "sync"), (16, None)])
 def test_next_step_side_by_side_with_gymnasium(num_envs, mode):
     """Many episode ends (CartPole); 16 envs exercise NumPy's pairwise sums; the
-    native CartPole vector env returns float32 rewards."""
+    native CartPole vector env returns float32 rewards.
+    """
     freeze = set(range(100, 150))
-    theirs = gym_vector.NormalizeReward(gym.make_vec("CartPole-v1", num_envs, vectorization_mode=mode))
+    theirs = gym_vector.NormalizeReward(
+        gym.make_vec("CartPole-v1", num_envs, vectorization_mode=mode)
+    )
     ours = NormalizeReward(gym.make_vec("CartPole-v1", num_envs, vectorization_mode=mode))
     bitwise = NormalizeReward(gym.make_vec("CartPole-v1", num_envs, vectorization_mode=mode))
     bitwise.return_rms = GymRunningMeanStd(shape=())  # Gymnasium's own merge: bit-identical
@@ -145,9 +151,14 @@ def test_next_step_side_by_side_with_gymnasium(num_envs, mode):
 
 
 def test_same_step_matches_gymnasium_1_4_formulas():
-    recorder = Recorder(gym.make_vec(
-        "CartPole-v1", 4, vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}))
+    recorder = Recorder(
+        gym.make_vec(
+            "CartPole-v1",
+            4,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        )
+    )
     envs = NormalizeReward(recorder)
     envs.reset(seed=5)
     envs.action_space.seed(5)
@@ -167,8 +178,12 @@ def test_same_step_matches_gymnasium_1_4_formulas():
 
 
 def test_disabled_mode_with_partial_resets():
-    recorder = Recorder(SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1") for _ in range(4)], autoreset_mode=AutoresetMode.DISABLED))
+    recorder = Recorder(
+        SyncVectorEnv(
+            [lambda: gym.make("CartPole-v1") for _ in range(4)],
+            autoreset_mode=AutoresetMode.DISABLED,
+        )
+    )
     envs = NormalizeReward(recorder)
     got = run(envs, 300, seed=2, reset_done=True)
     partial = [e for e in recorder.events if e[0] == "reset" and e[1] is not None]

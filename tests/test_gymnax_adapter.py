@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import serialization
 from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, LogWrapper
+from stream import inline_init, inline_step
 
 import rewardnorm_jax as rn
 from rewardnorm_jax import gymnax as rgx
-from stream import inline_init, inline_step
 
 NUM_ENVS = 1024
 STEPS = 200
@@ -118,7 +118,7 @@ ALWAYS = jnp.ones(STEPS, bool)
 FREEZE_10_IN_50 = (jnp.arange(STEPS) % 50) < 40
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def vmapped_rollouts(name):
     """1024 envs through several wrapper stacks in lockstep, 200 steps.
 
@@ -321,7 +321,7 @@ def evaluate(stacks, params, keys, stats_from):
     return starts, jax.lax.scan(body, starts, EVAL_SCHEDULE)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def evaluations():
     """Both modes evaluated on 16 envs from the statistics learned by 1024 (and restored)."""
     runs, params = vmapped_rollouts("CartPole-v1")
@@ -367,7 +367,11 @@ def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
     # the whole run equals the core fed the same stream with the same schedule
     core_start = rn.NormalizeRewardState(stats=learned_stats, ret=jnp.zeros(EVAL_ENVS))
     _, expected = core_stream(
-        PUREJAXRL, jnp.ones((EVAL_STEPS, EVAL_ENVS)), terminated, truncated, EVAL_SCHEDULE,
+        PUREJAXRL,
+        jnp.ones((EVAL_STEPS, EVAL_ENVS)),
+        terminated,
+        truncated,
+        EVAL_SCHEDULE,
         core_start,
     )
     np.testing.assert_allclose(reward, expected, rtol=1e-6)

@@ -15,13 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
-import reference
 
 STEPS, ENVS = 16, 3
 EPSILON = 1e-8
@@ -48,12 +48,17 @@ def streams(draw):
     scale = np.float32(draw(st.sampled_from([1e-30, 1.0, 1e30])))
     if kind == "raw":
         return draw(hnp.arrays(np.float32, (STEPS, ENVS), elements=HOSTILE))
-    magnitude = draw(hnp.arrays(
-        np.float32, (1, ENVS) if kind == "constant" else (STEPS, ENVS),
-        elements=st.floats(0.0, 10.0, width=32),
-    ))
+    magnitude = draw(
+        hnp.arrays(
+            np.float32,
+            (1, ENVS) if kind == "constant" else (STEPS, ENVS),
+            elements=st.floats(0.0, 10.0, width=32),
+        )
+    )
     signs = np.where(np.arange(STEPS) % 2 == 0, 1.0, -1.0).astype(np.float32)[:, None]
-    rewards = np.broadcast_to(magnitude * scale, (STEPS, ENVS)) * (signs if kind == "alternating" else 1)
+    rewards = np.broadcast_to(magnitude * scale, (STEPS, ENVS)) * (
+        signs if kind == "alternating" else 1
+    )
     hostile = draw(hnp.arrays(np.float32, (STEPS, ENVS), elements=HOSTILE))
     replace = draw(hnp.arrays(bool, (STEPS, ENVS), elements=st.booleans()))
     replace &= draw(st.booleans())  # half of the streams keep no hostile entry
@@ -63,8 +68,11 @@ def streams(draw):
 def reference_per_step(rewards, gamma):
     """Float64 outputs and (mean, var, m2, count) after every step."""
     outputs, returns, _ = reference.normalize_stream(
-        rewards, np.zeros(rewards.shape, bool), np.zeros(rewards.shape, bool),
-        gamma=gamma, epsilon=EPSILON,
+        rewards,
+        np.zeros(rewards.shape, bool),
+        np.zeros(rewards.shape, bool),
+        gamma=gamma,
+        epsilon=EPSILON,
     )
     rms, history = reference.RunningMeanStd(), []
     for ret, reward in zip(returns, rewards):
@@ -73,7 +81,7 @@ def reference_per_step(rewards, gamma):
     return outputs, np.array(history)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def normalizer(gamma, dtype):
     """One transform per configuration, so ``run_stream`` compiles once for each."""
     return rn.normalize_reward(gamma, EPSILON, dtype=dtype)
@@ -113,7 +121,9 @@ def check_against_reference(rewards, gamma, dtype):
         divisor = np.sqrt(ref_var[t] + EPSILON)
         out_tol = rtol * np.abs(ref_out[t]) * scale2[t] / (ref_var[t] + EPSILON)
         np.testing.assert_allclose(
-            out[t][finite[t]], ref_out[t][finite[t]], rtol=0,
+            out[t][finite[t]],
+            ref_out[t][finite[t]],
+            rtol=0,
             atol=float(info.tiny) * (1 + 1 / divisor) + out_tol[finite[t]].max(initial=0.0),
         )
     # Past the range, saturation: variance +inf and normalized rewards 0.
@@ -240,7 +250,10 @@ def test_check_finite_reward_raises_inside_jit_with_step_and_environment():
     rewards[6, 3] = -np.inf
     rewards[8, 0] = np.inf
     err, _ = run(jnp.asarray(rewards), jnp.ones((10, 4), bool))
-    with pytest.raises(checkify.JaxRuntimeError, match=r"non-finite reward nan at step 6, environment 2 \(2 non-finite"):
+    with pytest.raises(
+        checkify.JaxRuntimeError,
+        match=r"non-finite reward nan at step 6, environment 2 \(2 non-finite",
+    ):
         err.throw()
 
 

@@ -30,10 +30,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import _multidevice_worker as worker
 import numpy as np
 import pytest
-
-import _multidevice_worker as worker
 
 WORKER = Path(__file__).with_name("_multidevice_worker.py")
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
@@ -57,7 +56,10 @@ def _start(*args: str, devices: int) -> subprocess.Popen:
     env.pop("JAX_ENABLE_X64", None)
     return subprocess.Popen(
         [sys.executable, str(WORKER), *args],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 

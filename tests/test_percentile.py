@@ -43,8 +43,11 @@ def reference_stream(rewards, terminated, truncated, gamma, semantics, update, r
         r, done = rewards[t], terminated[t] | truncated[t]
         reset_before = terminated[t] if semantics == "gymnasium" else done
         finite = np.isfinite(r)
-        ret = np.where(finite, np.where(reset_before, 0.0, ret) * gamma + np.where(finite, r, 0.0),
-                       np.where(reset_before, 0.0, ret))
+        ret = np.where(
+            finite,
+            np.where(reset_before, 0.0, ret) * gamma + np.where(finite, r, 0.0),
+            np.where(reset_before, 0.0, ret),
+        )
         if update[t]:
             perc.update(ret[finite])
         outputs[t] = r / perc.scale
@@ -70,8 +73,9 @@ def test_update_percentiles_matches_dreamer_reference():
         ref.update(batch[mask])
     with jax.enable_x64(True):
         state = run(jnp.asarray(batches), jnp.asarray(masks))
-        np.testing.assert_allclose([float(state.low), float(state.high)], [ref.low, ref.high],
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            [float(state.low), float(state.high)], [ref.low, ref.high], rtol=1e-12
+        )
         np.testing.assert_allclose(float(rn.percentile_scale(state)), ref.scale, rtol=1e-12)
 
 
@@ -106,7 +110,9 @@ def test_axis_name_gathers_exact_global_percentiles():
 
 def test_tuple_axis_names_gather_the_whole_grid():
     parts = jnp.asarray(np.random.default_rng(4).normal(size=(2, 3, 20)), jnp.float32)
-    update = lambda x: rn.update_percentiles(rn.init_percentiles(), x, rate=1.0, axis_name=("a", "b"))  # noqa: E731
+    update = lambda x: rn.update_percentiles(
+        rn.init_percentiles(), x, rate=1.0, axis_name=("a", "b")
+    )
     gathered = jax.jit(jax.vmap(jax.vmap(update, axis_name="b"), axis_name="a"))(parts)
     whole = rn.update_percentiles(rn.init_percentiles(), parts, rate=1.0)
     np.testing.assert_array_equal(gathered.low, np.full((2, 3), whole.low))
@@ -115,14 +121,15 @@ def test_tuple_axis_names_gather_the_whole_grid():
 
 def test_shard_map_sees_the_percentiles_as_replicated():
     """Under shard_map's replication check, the shared percentiles may be returned as P()."""
-    from jax.sharding import Mesh, PartitionSpec as P
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
     scaler = rn.percentile_scale_reward(axis_name="d")
     spec = rn.PercentileScaleRewardState(percentiles=P(), ret=P("d"))
-    step = jax.jit(jax.shard_map(
-        scaler.step, mesh=mesh, in_specs=(spec, P("d")), out_specs=(P("d"), spec)
-    ))
+    step = jax.jit(
+        jax.shard_map(scaler.step, mesh=mesh, in_specs=(spec, P("d")), out_specs=(P("d"), spec))
+    )
     rewards = jnp.linspace(-3.0, 5.0, 8)
     out, state = step(scaler.init((8,)), rewards)
     plain = rn.percentile_scale_reward()
@@ -147,7 +154,9 @@ def test_reward_transform_matches_reference_stream(semantics):
             out, state = transform.step(state, *xs)
             return state, out
 
-        return jax.lax.scan(body, transform.init((num_envs,)), (rewards, terminated, truncated, update))
+        return jax.lax.scan(
+            body, transform.init((num_envs,)), (rewards, terminated, truncated, update)
+        )
 
     with jax.enable_x64(True):
         transform = rn.percentile_scale_reward(gamma, rate=rate, semantics=semantics)
@@ -179,8 +188,14 @@ def test_chain_vmap_and_state_structure():
 
 @pytest.mark.parametrize(
     "kwargs, name",
-    [({"rate": 0.0}, "rate"), ({"rate": 1.5}, "rate"), ({"low": 95.0, "high": 5.0}, "percentiles"),
-     ({"high": 101.0}, "percentiles"), ({"limit": 0.0}, "limit"), ({"gamma": 1.5}, "gamma")],
+    [
+        ({"rate": 0.0}, "rate"),
+        ({"rate": 1.5}, "rate"),
+        ({"low": 95.0, "high": 5.0}, "percentiles"),
+        ({"high": 101.0}, "percentiles"),
+        ({"limit": 0.0}, "limit"),
+        ({"gamma": 1.5}, "gamma"),
+    ],
 )
 def test_bad_options_raise(kwargs, name):
     with pytest.raises(ValueError, match=name):

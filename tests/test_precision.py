@@ -14,7 +14,6 @@ samples the statistics saw.
 """
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +71,8 @@ def two_phase_stream(batch_size):
         stats, naive = rn.update_stats(stats, x, mask), naive_update(naive, x, mask)
         half = jax.tree.map(
             lambda new, old: jnp.where(update_index == half_update, new, old),
-            (stats, naive), half,
+            (stats, naive),
+            half,
         )
         return (stats, naive, half), None
 
@@ -111,8 +111,10 @@ def relative_errors(stats, naive, draws):
     return tuple(
         (value - ref) / ref
         for value, ref in (
-            (ours_mean, ref_mean), (ours_var, ref_var),
-            (naive_mean, ref_mean), (naive_var, ref_var),
+            (ours_mean, ref_mean),
+            (ours_var, ref_var),
+            (naive_mean, ref_mean),
+            (naive_var, ref_var),
         )
     )
 
@@ -146,9 +148,7 @@ NAIVE_FAILS = {
 }
 
 
-@pytest.mark.parametrize(
-    "batch_size", [pytest.param(1, marks=pytest.mark.slow), 7, 64, 4096]
-)
+@pytest.mark.parametrize("batch_size", [pytest.param(1, marks=pytest.mark.slow), 7, 64, 4096])
 def test_float32_two_phase_stream_matches_float64(batch_size):
     result = run_two_phase(batch_size)
     print(f"\nbatch {batch_size}: {result}")
@@ -173,7 +173,6 @@ def test_float32_two_phase_stream_matches_float64(batch_size):
         assert result["naive_count"] > TOTAL + 2**20
 
 
-
 @pytest.mark.parametrize("start_hi", [0, 1, 2**32 - 2])
 def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi):
     # A real stream of 2^32 samples costs minutes of CPU, so the run starts
@@ -192,6 +191,7 @@ def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi)
     def run(stats):
         def body(t, stats):
             return rn.update_stats(stats, values, lanes < sizes(t.astype(jnp.uint32)))
+
         return jax.lax.fori_loop(0, num_updates, body, stats)
 
     words = dict(count_hi=jnp.uint32(start_hi), count_lo=jnp.uint32(start_lo))

@@ -48,7 +48,10 @@ def test_symlog_symexp_match_numpy(mode):
 def test_signed_hyperbolic_matches_numpy(mode, eps):
     fn = mode(lambda x: rn.signed_hyperbolic(x, eps))
     np.testing.assert_allclose(
-        fn(jnp.asarray(VALUES, jnp.float32)), np_signed_hyperbolic(VALUES, eps), rtol=2e-6, atol=1e-7
+        fn(jnp.asarray(VALUES, jnp.float32)),
+        np_signed_hyperbolic(VALUES, eps),
+        rtol=2e-6,
+        atol=1e-7,
     )
 
 
@@ -66,8 +69,9 @@ def test_round_trip_float32(mode, eps):
     x = jnp.asarray(VALUES, jnp.float32)
     back = mode(lambda v: rn.signed_parabolic(rn.signed_hyperbolic(v, eps), eps))(x)
     np.testing.assert_allclose(back, np.asarray(x, np.float64), rtol=3e-6, atol=1e-6)
-    np.testing.assert_allclose(mode(lambda v: rn.symexp(rn.symlog(v)))(x[2:-2]),
-                               np.asarray(x[2:-2]), rtol=3e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        mode(lambda v: rn.symexp(rn.symlog(v)))(x[2:-2]), np.asarray(x[2:-2]), rtol=3e-6, atol=1e-6
+    )
 
 
 def test_inverse_without_cancellation_beats_rlax_form_in_float32():

@@ -1,8 +1,8 @@
 """The reward-transform interface shared by every transform and adapter."""
 
 import numbers
-from collections.abc import Mapping
-from typing import Any, Callable, NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp

@@ -18,7 +18,8 @@ state before restoring: nothing is broadcast or cast silently.
 
 import dataclasses
 import zlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,9 @@ def _compare(kind: str, saved: Mapping, expected: Mapping) -> list[str]:
         elif key not in saved:
             lines.append(f"{kind} {key!r}: expected {expected[key]!r}, not in the checkpoint")
         elif saved[key] != expected[key]:
-            lines.append(f"{kind} {key!r}: checkpoint has {saved[key]!r}, expected {expected[key]!r}")
+            lines.append(
+                f"{kind} {key!r}: checkpoint has {saved[key]!r}, expected {expected[key]!r}"
+            )
     return lines
 
 
@@ -146,12 +149,14 @@ def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
         metadata 'reset_before': checkpoint has 'never', expected 'terminated'
         metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'
     """
-    body = serialization.msgpack_serialize({
-        "version": VERSION,
-        "static": _static_fields(state),
-        "metadata": _check_metadata(metadata),
-        "state": serialization.to_state_dict(state),
-    })
+    body = serialization.msgpack_serialize(
+        {
+            "version": VERSION,
+            "static": _static_fields(state),
+            "metadata": _check_metadata(metadata),
+            "state": serialization.to_state_dict(state),
+        }
+    )
     return serialization.msgpack_serialize(
         {"format": FORMAT, "crc32": zlib.crc32(body), "body": body}
     )
@@ -201,9 +206,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     if metadata is not None:
         differences += _compare("metadata", record["metadata"], _check_metadata(metadata))
     if differences:
-        shown = differences[:_MAX_LISTED] + [
-            f"... and {len(differences) - _MAX_LISTED} more"
-        ] * (len(differences) > _MAX_LISTED)
+        shown = differences[:_MAX_LISTED] + [f"... and {len(differences) - _MAX_LISTED} more"] * (
+            len(differences) > _MAX_LISTED
+        )
         raise ValueError(
             "checkpoint does not match the template (leaves as dtype[shape]):\n  "
             + "\n  ".join(shown)
@@ -211,5 +216,6 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     state = serialization.from_state_dict(template, saved)
     return jax.tree.map(
         lambda like, value: jnp.asarray(value) if isinstance(like, jax.Array) else value,
-        template, state,
+        template,
+        state,
     )

@@ -74,15 +74,21 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
         where, text = {}, ""
         if axis_name is not None:  # with an unbatched reward, the participant is the environment
             where["participant"] = jax.lax.axis_index(axis_name)
-            text += ", {} {{participant}}".format("environment" if reward.ndim == 0 else "participant")
+            text += ", {} {{participant}}".format(
+                "environment" if reward.ndim == 0 else "participant"
+            )
         if reward.ndim > 0:
             where["env"] = jnp.stack(first) if reward.ndim > 1 else first[0]
             text += ", environment {env}"
         checkify.check(
             ~jnp.any(bad),
-            "non-finite reward {reward} at step {step}" + text
+            "non-finite reward {reward} at step {step}"
+            + text
             + " ({count} non-finite in this step)",
-            reward=reward[first], step=step, count=jnp.sum(bad), **where,
+            reward=reward[first],
+            step=step,
+            count=jnp.sum(bad),
+            **where,
         )
         return reward
 

@@ -12,7 +12,8 @@ axes (optionally followed by a cross-device ``psum``), or the identity for
 per-environment statistics.
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Array = Any
 Reduce = Callable[[Array], Array]

@@ -66,8 +66,18 @@ def semantics_config(semantics: sem_lib.Semantics) -> dict:
 
 
 def return_step(
-    ret, stats, reward, terminated, truncated, update_stats, active, *,
-    gamma, semantics, dtype, merge,
+    ret,
+    stats,
+    reward,
+    terminated,
+    truncated,
+    update_stats,
+    active,
+    *,
+    gamma,
+    semantics,
+    dtype,
+    merge,
 ):
     """One environment step of a transform driven by the discounted return.
 
@@ -89,9 +99,7 @@ def return_step(
       carry, and the statistics.
     """
     shape = ret.shape
-    base.check_step_shapes(
-        shape, reward, terminated=terminated, truncated=truncated, active=active
-    )
+    base.check_step_shapes(shape, reward, terminated=terminated, truncated=truncated, active=active)
     if jnp.shape(update_stats) != ():
         raise ValueError(
             f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar "
@@ -104,8 +112,13 @@ def return_step(
     valid = active & jnp.isfinite(reward)
 
     new_ret = formulas.discounted_return(
-        jnp, ret, reward, gamma,
-        semantics.flag("reset_before", terminated, truncated), valid, active,
+        jnp,
+        ret,
+        reward,
+        gamma,
+        semantics.flag("reset_before", terminated, truncated),
+        valid,
+        active,
     )
     stats = merge(stats, new_ret, valid & jnp.asarray(update_stats, bool))
     if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
@@ -282,8 +295,17 @@ def normalize_reward(
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         reward, ret, (stats, ret_abs_max) = return_step(
-            state.ret, (state.stats, state.ret_abs_max), reward, terminated, truncated,
-            update_stats, active, gamma=gamma, semantics=semantics, dtype=dtype, merge=merge,
+            state.ret,
+            (state.stats, state.ret_abs_max),
+            reward,
+            terminated,
+            truncated,
+            update_stats,
+            active,
+            gamma=gamma,
+            semantics=semantics,
+            dtype=dtype,
+            merge=merge,
         )
         new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
         return normalize(new_state, reward), new_state
@@ -292,7 +314,14 @@ def normalize_reward(
         return step(state, reward, terminated, truncated, active=active)[1]
 
     config = base.make_config(
-        "normalize_reward", gamma=gamma, epsilon=epsilon, **semantics_config(semantics),
-        clip=clip, dtype=dtype.name, decay=decay, shared=shared, g_max=g_max,
+        "normalize_reward",
+        gamma=gamma,
+        epsilon=epsilon,
+        **semantics_config(semantics),
+        clip=clip,
+        dtype=dtype.name,
+        decay=decay,
+        shared=shared,
+        g_max=g_max,
     )
     return base.RewardTransform(init, update, normalize, step, config)

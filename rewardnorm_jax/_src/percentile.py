@@ -47,8 +47,7 @@ def _check_update_options(rate, low, high) -> None:
     if not (base.is_real(rate) and 0.0 < rate <= 1.0):
         raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
     # A range needs low < high inside [0, 100].
-    if not (base.is_real(low) and base.is_real(high)
-            and 0.0 <= low < high <= 100.0):
+    if not (base.is_real(low) and base.is_real(high) and 0.0 <= low < high <= 100.0):
         raise ValueError(
             f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
         )
@@ -266,8 +265,17 @@ def percentile_scale_reward(
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         reward, ret, percentiles = norm_lib.return_step(
-            state.ret, state.percentiles, reward, terminated, truncated, update_stats, active,
-            gamma=gamma, semantics=semantics, dtype=dtype, merge=merge,
+            state.ret,
+            state.percentiles,
+            reward,
+            terminated,
+            truncated,
+            update_stats,
+            active,
+            gamma=gamma,
+            semantics=semantics,
+            dtype=dtype,
+            merge=merge,
         )
         new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
         return normalize(new_state, reward), new_state
@@ -276,8 +284,13 @@ def percentile_scale_reward(
         return step(state, reward, terminated, truncated, active=active)[1]
 
     config = base.make_config(
-        "percentile_scale_reward", gamma=gamma, rate=float(rate), low=float(low),
-        high=float(high), limit=float(limit), **norm_lib.semantics_config(semantics),
+        "percentile_scale_reward",
+        gamma=gamma,
+        rate=float(rate),
+        low=float(low),
+        high=float(high),
+        limit=float(limit),
+        **norm_lib.semantics_config(semantics),
         dtype=dtype.name,
     )
     return base.RewardTransform(init, update, normalize, step, config)

@@ -77,9 +77,7 @@ class RunningStats:
         if self.decay is not None:
             return self.weight
         dtype = self.mean.dtype
-        return (
-            self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)
-        ) + PRIOR_COUNT
+        return (self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)) + PRIOR_COUNT
 
     @property
     def var(self) -> jax.Array:
@@ -119,9 +117,7 @@ def check_decay(decay) -> float | None:
     # decay = 1 is the cumulative statistics (decay=None, with an exact count);
     # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
     if not (base.is_real(decay) and 0.0 <= decay < 1.0):
-        raise ValueError(
-            f"decay should be in the interval [0, 1) or None, got decay={decay!r}."
-        )
+        raise ValueError(f"decay should be in the interval [0, 1) or None, got decay={decay!r}.")
     return float(decay)
 
 
@@ -299,8 +295,13 @@ def update(
         stats, _count_increment(batch_count, mask, reduce, num_batch_axes, axis_name)
     )
     return stats.replace(
-        mean=mean, mean_low=mean_low, m2=m2, m2_low=m2_low, count_hi=count_hi,
-        count_lo=count_lo, weight=None if stats.decay is None else new_count,
+        mean=mean,
+        mean_low=mean_low,
+        m2=m2,
+        m2_low=m2_low,
+        count_hi=count_hi,
+        count_lo=count_lo,
+        weight=None if stats.decay is None else new_count,
     )
 
 

@@ -39,9 +39,7 @@ class Semantics:
     def __post_init__(self):
         for field in ("reset_before", "reset_after"):
             if getattr(self, field) not in _RESETS:
-                raise ValueError(
-                    f"{field}={getattr(self, field)!r} must be one of {_RESETS}."
-                )
+                raise ValueError(f"{field}={getattr(self, field)!r} must be one of {_RESETS}.")
 
     def flag(self, which: str, terminated: jax.Array, truncated: jax.Array) -> jax.Array:
         """The boolean array a reset switch (``reset_before``/``reset_after``) names."""
@@ -54,8 +52,12 @@ class Semantics:
 
 
 GYMNASIUM = Semantics("gymnasium", reset_before="terminated", reset_after="never")
-GYMNASIUM_SAME_STEP = Semantics("gymnasium_same_step", reset_before="terminated", reset_after="done")
-SB3 = Semantics("sb3", reset_before="never", reset_after="done", clip=10.0, freeze_stops_return=True)
+GYMNASIUM_SAME_STEP = Semantics(
+    "gymnasium_same_step", reset_before="terminated", reset_after="done"
+)
+SB3 = Semantics(
+    "sb3", reset_before="never", reset_after="done", clip=10.0, freeze_stops_return=True
+)
 PUREJAXRL = Semantics("purejaxrl", reset_before="done", reset_after="never")
 
 PRESETS = {s.name: s for s in (GYMNASIUM, GYMNASIUM_SAME_STEP, SB3, PUREJAXRL)}

@@ -6,7 +6,7 @@ normalizers through :func:`chain`.
 """
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +50,9 @@ def scale_reward(scale: float) -> base.RewardTransform:
     if not (base.is_real(scale) and math.isfinite(scale)):
         raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
     scale = float(scale)
-    return base.stateless(lambda reward: reward * scale, base.make_config("scale_reward", scale=scale))
+    return base.stateless(
+        lambda reward: reward * scale, base.make_config("scale_reward", scale=scale)
+    )
 
 
 def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransform:

@@ -32,7 +32,8 @@ import functools
 import json
 import os
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import gymnax
@@ -92,8 +93,16 @@ class PPOConfig:
                 f"env_name={self.env_name!r} is not a supported gymnax environment; "
                 f"valid names: {', '.join(ENV_NAMES)}."
             )
-        for name in ("total_steps", "num_envs", "num_steps", "update_epochs",
-                     "num_minibatches", "hidden_size", "num_eval_envs", "log_lines"):
+        for name in (
+            "total_steps",
+            "num_envs",
+            "num_steps",
+            "update_epochs",
+            "num_minibatches",
+            "hidden_size",
+            "num_eval_envs",
+            "log_lines",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, int) and value > 0):
                 raise ValueError(f"{name} should be a positive integer, got {name}={value!r}.")
@@ -153,7 +162,9 @@ class ActorCritic(nn.Module):
     def __call__(self, obs):
         def mlp(x, out, scale):
             for _ in range(2):
-                x = nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x)
+                x = nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(
+                    x
+                )
                 x = nn.tanh(x)
             return nn.Dense(out, kernel_init=nn.initializers.orthogonal(scale))(x)
 
@@ -270,7 +281,8 @@ class Runner:
 
 class Metrics(NamedTuple):
     """Per update: the raw return of each environment's last completed episode, averaged
-    over the environments that have completed one (NaN before any has)."""
+    over the environments that have completed one (NaN before any has).
+    """
 
     episode_return: jax.Array
 
@@ -436,8 +448,14 @@ def make_train(config: PPOConfig, num_updates: int | None = None) -> Callable[..
         def rollout_step(runner, _):
             key, step_key = jax.random.split(runner.key)
             obs, env_state, transition = _policy_step(
-                env, network, runner.params, runner.obs, runner.env_state, step_key,
-                update_stats=True, greedy=False,
+                env,
+                network,
+                runner.params,
+                runner.obs,
+                runner.env_state,
+                step_key,
+                update_stats=True,
+                greedy=False,
             )
             return runner.replace(env_state=env_state, obs=obs, key=key), transition
 
@@ -536,7 +554,8 @@ def log_every(config: PPOConfig) -> int:
 
 def chunk_size(config: PPOConfig) -> int:
     """Updates per jitted call: the largest divisor of ``num_updates`` that is at most
-    :func:`log_every`, so one compiled chunk covers the run exactly."""
+    :func:`log_every`, so one compiled chunk covers the run exactly.
+    """
     return max(d for d in range(1, log_every(config) + 1) if config.num_updates % d == 0)
 
 
@@ -658,6 +677,8 @@ def load_checkpoint(directory: str) -> tuple[PPOConfig, Runner]:
     runners = serialization.from_state_dict(target, payload["runners"])
     for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners)):
         if want.shape != np.shape(got) or want.dtype != np.asarray(got).dtype:
-            raise ValueError(f"{path} does not match its config (array {np.shape(got)} "
-                             f"{np.asarray(got).dtype}, expected {want.shape} {want.dtype}).")
+            raise ValueError(
+                f"{path} does not match its config (array {np.shape(got)} "
+                f"{np.asarray(got).dtype}, expected {want.shape} {want.dtype})."
+            )
     return config, jax.tree.map(jnp.asarray, runners)

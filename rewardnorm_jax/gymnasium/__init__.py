@@ -16,7 +16,8 @@ Only this subpackage imports Gymnasium; the top-level package exports none of it
 """
 
 import math
-from typing import Any, Callable, SupportsFloat
+from collections.abc import Callable
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -170,8 +171,13 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
         r = float(reward)
         valid = math.isfinite(r)
         ret = self._return = formulas.discounted_return(
-            ns.scalar, self._return, r, self.gamma,
-            _SEMANTICS.flag("reset_before", terminated, truncated), valid, True,
+            ns.scalar,
+            self._return,
+            r,
+            self.gamma,
+            _SEMANTICS.flag("reset_before", terminated, truncated),
+            valid,
+            True,
         )
         if valid and self._update_running_mean:
             _, batch_mean, batch_var = formulas.batch_moments(ns.scalar, ret, True, ns.identity)
@@ -256,9 +262,7 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
             InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
         """
         clip = clip_function(min_reward, max_reward)
-        gym.utils.RecordConstructorArgs.__init__(
-            self, min_reward=min_reward, max_reward=max_reward
-        )
+        gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
         TransformReward.__init__(self, env, clip)
 
 

@@ -12,7 +12,8 @@ integer sample count, so the statistics convert to and from the core's state.
 """
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
@@ -56,7 +57,7 @@ class RunningMeanStd:
       (2.0, 0.667, 3)
     """
 
-    __slots__ = ("_mean", "_m2", "_samples")
+    __slots__ = ("_m2", "_mean", "_samples")
 
     def __init__(self):
         self._mean = 0.0
@@ -100,9 +101,7 @@ class RunningMeanStd:
         ``batch_var`` (float32 moments of float32 returns stay float32 there).
         """
         if batch_count != int(batch_count) or batch_count < 0:
-            raise ValueError(
-                f"batch_count should be a non-negative integer, got {batch_count!r}."
-            )
+            raise ValueError(f"batch_count should be a non-negative integer, got {batch_count!r}.")
         if not isinstance(batch_mean, float):
             batch_mean = np.float64(batch_mean)
         delta_mean, delta_m2, _ = formulas.chan_increments(
@@ -200,7 +199,4 @@ class RunningMeanStd:
         )
 
     def __repr__(self) -> str:
-        return (
-            f"RunningMeanStd(mean={self._mean!r}, var={float(self.var)!r}, "
-            f"count={self.count!r})"
-        )
+        return f"RunningMeanStd(mean={self._mean!r}, var={float(self.var)!r}, count={self.count!r})"

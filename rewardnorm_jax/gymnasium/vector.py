@@ -5,7 +5,8 @@ r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrappe
 names. The arithmetic is :mod:`rewardnorm_jax._src.formulas` on NumPy arrays.
 """
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -177,8 +178,13 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
             valid = active & finite
         semantics, ret = self._semantics, self.accumulated_reward
         ret[...] = formulas.discounted_return(
-            ns.numpy, ret, reward, self.gamma,
-            semantics.flag("reset_before", terminated, truncated), valid, active,
+            ns.numpy,
+            ret,
+            reward,
+            self.gamma,
+            semantics.flag("reset_before", terminated, truncated),
+            valid,
+            active,
         )
         if self._update_running_mean:
             self._merge(ret[valid])
@@ -202,8 +208,12 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         if self._update_running_mean:
             self._merge(self.accumulated_reward[np.isfinite(self.accumulated_reward)])
         return formulas.scale_by_std(
-            ns.numpy, np.asarray(reward, np.float64), float(self.return_rms.var),
-            self.epsilon, None, False,
+            ns.numpy,
+            np.asarray(reward, np.float64),
+            float(self.return_rms.var),
+            self.epsilon,
+            None,
+            False,
         )
 
     def _merge(self, batch: np.ndarray) -> None:
@@ -295,7 +305,5 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
             InvalidBound: If both bounds are ``None`` or ``min_reward > max_reward``.
         """
         clip = clip_function(min_reward, max_reward)
-        gym.utils.RecordConstructorArgs.__init__(
-            self, min_reward=min_reward, max_reward=max_reward
-        )
+        gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
         TransformReward.__init__(self, env, clip)

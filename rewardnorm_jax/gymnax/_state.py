@@ -1,6 +1,7 @@
 """The wrapper state and the functions that read and write it inside any wrapper stack."""
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

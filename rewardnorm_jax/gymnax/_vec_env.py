@@ -39,13 +39,11 @@ class VecEnv(GymnaxWrapper):
     @partial(jax.jit, static_argnames=("self",))
     def reset(self, key: jax.Array, params: Any = None):
         """Resets every environment: ``key`` holds one key per environment."""
-        return jax.vmap(self._env.reset, in_axes=(0, None), axis_name=self.axis_name)(
-            key, params
-        )
+        return jax.vmap(self._env.reset, in_axes=(0, None), axis_name=self.axis_name)(key, params)
 
     @partial(jax.jit, static_argnames=("self",))
     def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
         """Steps every environment with batched keys, states and actions."""
-        return jax.vmap(
-            self._env.step, in_axes=(0, 0, 0, None), axis_name=self.axis_name
-        )(key, state, action, params)
+        return jax.vmap(self._env.step, in_axes=(0, 0, 0, None), axis_name=self.axis_name)(
+            key, state, action, params
+        )

@@ -1,7 +1,8 @@
 r"""gymnax wrappers that pass rewards through a core reward transform."""
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
