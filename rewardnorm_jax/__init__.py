@@ -27,7 +27,7 @@ from rewardnorm_jax._src.running_stats import (
     count_as_int,
     init_stats,
 )
-from rewardnorm_jax._src.running_stats import update as update_stats
+from rewardnorm_jax._src.running_stats import update as merge_stats
 from rewardnorm_jax._src.semantics import Semantics
 from rewardnorm_jax._src.transforms import (
     chain,
@@ -63,6 +63,7 @@ __all__ = [
     "init_percentiles",
     "init_stats",
     "load_state",
+    "merge_stats",
     "normalize_reward",
     "percentile_scale",
     "percentile_scale_reward",
@@ -76,5 +77,4 @@ __all__ = [
     "symlog_reward",
     "transform_reward",
     "update_percentiles",
-    "update_stats",
 ]

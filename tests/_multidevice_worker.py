@@ -337,11 +337,11 @@ def large_batch() -> dict:
     mask = np.ones(size, bool)
     mask[-1] = False
     stats = rn.init_stats()
-    reference = jax.jit(rn.update_stats)(stats, batch, mask)
+    reference = jax.jit(rn.merge_stats)(stats, batch, mask)
     mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
 
     def local(stats, batch, mask):
-        merged = rn.update_stats(stats, batch, mask, axis_name="device")
+        merged = rn.merge_stats(stats, batch, mask, axis_name="device")
         return jax.tree.map(lambda x: x[None], merged)
 
     fn = jax.jit(

@@ -23,7 +23,7 @@ def test_initial_state_matches_gymnasium_running_mean_std():
 
 def test_one_sample_matches_closed_form():
     with jax.enable_x64(True):
-        stats = rn.update_stats(rn.init_stats(), jnp.array([1.0]))
+        stats = rn.merge_stats(rn.init_stats(), jnp.array([1.0]))
         assert float(stats.mean) == pytest.approx(1 / 1.0001, rel=1e-15)
         assert float(stats.var) == pytest.approx(1.99970e-4, rel=1e-5)
         assert float(stats.var) == pytest.approx(1e-4 * (1 + 1 / 1.0001) / 1.0001, rel=1e-14)
@@ -46,7 +46,7 @@ def test_matches_reference_with_masks(batches, data):
             mask = data.draw(st.lists(st.booleans(), min_size=len(batch), max_size=len(batch)))
             batch, mask = np.array(batch), np.array(mask)
             ref.update(batch[mask])
-            stats = rn.update_stats(stats, jnp.asarray(batch), jnp.asarray(mask))
+            stats = rn.merge_stats(stats, jnp.asarray(batch), jnp.asarray(mask))
         np.testing.assert_allclose(float(stats.mean), ref.mean, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(float(stats.var), ref.var, rtol=1e-11, atol=1e-14)
         np.testing.assert_allclose(float(stats.count), ref.count, rtol=1e-15)
@@ -60,16 +60,16 @@ def test_matches_reference_with_masks(batches, data):
 def test_one_batch_equals_sequential_batches(values, split):
     values = jnp.asarray(values, jnp.float32)
     split = min(split, len(values) - 1)
-    together = rn.update_stats(rn.init_stats(), values)
-    apart = rn.update_stats(rn.update_stats(rn.init_stats(), values[:split]), values[split:])
+    together = rn.merge_stats(rn.init_stats(), values)
+    apart = rn.merge_stats(rn.merge_stats(rn.init_stats(), values[:split]), values[split:])
     np.testing.assert_allclose(together.mean, apart.mean, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(together.var, apart.var, rtol=1e-4, atol=1e-6)
     assert rn.count_as_int(together) == rn.count_as_int(apart) == len(values)
 
 
 def test_masked_entries_may_hold_nan_and_change_nothing():
-    stats = rn.update_stats(rn.init_stats(), jnp.array([1.0, 2.0]))
-    after = rn.update_stats(stats, jnp.array([jnp.nan, jnp.inf]), jnp.array([False, False]))
+    stats = rn.merge_stats(rn.init_stats(), jnp.array([1.0, 2.0]))
+    after = rn.merge_stats(stats, jnp.array([jnp.nan, jnp.inf]), jnp.array([False, False]))
     for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(after)):
         np.testing.assert_array_equal(a, b)
 
@@ -80,7 +80,7 @@ def test_count_exact_past_two_to_the_32_with_uneven_batches():
 
     @jax.jit
     def run():
-        return jax.lax.fori_loop(0, 4096, lambda i, s: rn.update_stats(s, values), rn.init_stats())
+        return jax.lax.fori_loop(0, 4096, lambda i, s: rn.merge_stats(s, values), rn.init_stats())
 
     stats = run()
     assert rn.count_as_int(stats) == 4096 * batch_size > 2**32
@@ -92,7 +92,7 @@ def test_count_exact_past_two_to_the_32_with_uneven_batches():
 def test_per_element_statistics_when_shapes_match():
     stats = rn.init_stats((3,))
     batch = jnp.array([[1.0, 10.0, -1.0], [3.0, 30.0, -3.0]])
-    stats = rn.update_stats(stats, batch)
+    stats = rn.merge_stats(stats, batch)
     ref = [RunningMeanStd() for _ in range(3)]
     for i, r in enumerate(ref):
         r.update(np.asarray(batch[:, i]))
@@ -102,15 +102,15 @@ def test_per_element_statistics_when_shapes_match():
 
 def test_shape_errors_are_clear():
     with pytest.raises(ValueError, match="does not end with the statistics' shape"):
-        rn.update_stats(rn.init_stats((3,)), jnp.ones((4, 2)))
+        rn.merge_stats(rn.init_stats((3,)), jnp.ones((4, 2)))
     with pytest.raises(ValueError, match="mask has shape"):
-        rn.update_stats(rn.init_stats(), jnp.ones(4), jnp.ones(3, bool))
+        rn.merge_stats(rn.init_stats(), jnp.ones(4), jnp.ones(3, bool))
     with pytest.raises(ValueError, match="dtype=float16 is not supported"):
         rn.init_stats(dtype=jnp.float16)
 
 
 def test_stats_round_trip_through_flax_serialization_bit_exactly():
-    stats = rn.update_stats(rn.init_stats(), jnp.array([0.1, 0.7, -3.3]))
+    stats = rn.merge_stats(rn.init_stats(), jnp.array([0.1, 0.7, -3.3]))
     restored = serialization.from_bytes(rn.init_stats(), serialization.to_bytes(stats))
     for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(restored)):
         assert a.dtype == b.dtype

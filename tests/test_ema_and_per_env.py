@@ -68,7 +68,7 @@ def test_ema_stats_match_weighted_reference_with_varying_masks():
     masks = [rng.random(16) < 0.6 for _ in batches]
     masks[7][:] = False  # an update with no sample: nothing is discounted
     with jax.enable_x64(True):
-        update = jax.jit(rn.update_stats)
+        update = jax.jit(rn.merge_stats)
         stats = rn.init_stats(decay=BETA)
         for batch, mask in zip(batches, masks):
             stats = update(stats, jnp.asarray(batch), jnp.asarray(mask))
@@ -86,7 +86,7 @@ def test_bias_correction_equals_adams_for_constant_batch_size():
     n, steps = 8, 6
     batches = rng.normal(5.0, 2.0, (steps, n))
     with jax.enable_x64(True):
-        stats, update = rn.init_stats(decay=BETA), jax.jit(rn.update_stats)
+        stats, update = rn.init_stats(decay=BETA), jax.jit(rn.merge_stats)
         naive = 0.0
         for t, batch in enumerate(batches, start=1):
             stats = update(stats, jnp.asarray(batch))
@@ -109,7 +109,7 @@ def test_ema_forgets_an_old_reward_scale_the_cumulative_stats_keep():
     def run(stream):
         def body(carry, batch):
             ema, cumulative = carry
-            return (rn.update_stats(ema, batch), rn.update_stats(cumulative, batch)), None
+            return (rn.merge_stats(ema, batch), rn.merge_stats(cumulative, batch)), None
 
         return jax.lax.scan(body, (rn.init_stats(decay=0.95), rn.init_stats()), stream)[0]
 
@@ -125,9 +125,9 @@ def test_ema_update_under_vmap_axis_name_equals_one_merged_batch():
 
     @jax.jit
     def per_device_and_merged(parts):
-        stats = rn.update_stats(rn.init_stats((6,), decay=0.8), jnp.ones((2, 6)))
-        update = lambda x: rn.update_stats(stats, x, axis_name="d")  # noqa: E731
-        return jax.vmap(update, axis_name="d")(parts), rn.update_stats(stats, parts.reshape(20, 6))
+        stats = rn.merge_stats(rn.init_stats((6,), decay=0.8), jnp.ones((2, 6)))
+        update = lambda x: rn.merge_stats(stats, x, axis_name="d")  # noqa: E731
+        return jax.vmap(update, axis_name="d")(parts), rn.merge_stats(stats, parts.reshape(20, 6))
 
     per_device, merged = per_device_and_merged(parts)
     for name in ("mean", "var", "count"):

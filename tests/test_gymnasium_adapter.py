@@ -236,7 +236,7 @@ def test_conversion_to_and_from_the_jax_core():
         assert RunningMeanStd.from_running_stats(stats).get_state() == rms.get_state()
         # Continuing in the core or on the host gives the same statistics.
         batch = rng.normal(3.0, 2.0, 4)
-        core = RunningMeanStd.from_running_stats(jax.jit(rn.update_stats)(stats, batch))
+        core = RunningMeanStd.from_running_stats(jax.jit(rn.merge_stats)(stats, batch))
         rms.update(batch)
         assert core.samples == rms.samples
         np.testing.assert_allclose(core.mean, rms.mean, rtol=1e-14)
@@ -247,7 +247,7 @@ def test_conversion_to_and_from_the_jax_core():
     np.testing.assert_allclose(back.mean, rms.mean, rtol=1e-13)
     np.testing.assert_allclose(back.m2, rms.m2, rtol=1e-13)
     # Core float32 statistics -> host -> core is exact, low words included.
-    core32 = jax.jit(rn.update_stats)(rn.init_stats((), np.float32), np.float32([0.1, 0.7, 1.3]))
+    core32 = jax.jit(rn.merge_stats)(rn.init_stats((), np.float32), np.float32([0.1, 0.7, 1.3]))
     again = RunningMeanStd.from_running_stats(core32).to_running_stats(np.float32)
     for name in ("mean", "mean_low", "m2", "m2_low", "count_hi", "count_lo"):
         np.testing.assert_array_equal(getattr(again, name), getattr(core32, name))

@@ -197,7 +197,7 @@ def test_low_precision_and_integer_rewards_give_float32_statistics(dtype):
     out, *_ = run_stream(norm, rewards)
     ref_out, _ = reference_per_step(exact, 0.99)
     np.testing.assert_allclose(np.asarray(out), ref_out, rtol=1e-5)
-    stats = rn.update_stats(rn.init_stats(), rewards.reshape(-1))
+    stats = rn.merge_stats(rn.init_stats(), rewards.reshape(-1))
     assert stats.mean.dtype == jnp.float32
     ref = reference.RunningMeanStd()
     ref.update(exact.reshape(-1))

@@ -68,7 +68,7 @@ def two_phase_stream(batch_size):
     def merge(carry, inputs):
         stats, naive, half = carry
         update_index, x, mask = inputs
-        stats, naive = rn.update_stats(stats, x, mask), naive_update(naive, x, mask)
+        stats, naive = rn.merge_stats(stats, x, mask), naive_update(naive, x, mask)
         half = jax.tree.map(
             lambda new, old: jnp.where(update_index == half_update, new, old),
             (stats, naive),
@@ -190,7 +190,7 @@ def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi)
     @jax.jit
     def run(stats):
         def body(t, stats):
-            return rn.update_stats(stats, values, lanes < sizes(t.astype(jnp.uint32)))
+            return rn.merge_stats(stats, values, lanes < sizes(t.astype(jnp.uint32)))
 
         return jax.lax.fori_loop(0, num_updates, body, stats)
 

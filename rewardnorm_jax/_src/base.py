@@ -1,13 +1,14 @@
 """The reward-transform interface shared by every transform and adapter."""
 
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from flax.core import FrozenDict
 
 PyTree = Any
 Shape = tuple[int, ...]
@@ -46,30 +47,12 @@ class StepFn(Protocol):
     ) -> tuple[jax.Array, PyTree]: ...
 
 
-class Config(Mapping):
-    """A read-only, hashable mapping of plain values: a transform's configuration.
+Config = FrozenDict
+"""A transform's configuration: a read-only, hashable mapping of plain values.
 
-    Hashable so that a :class:`RewardTransform` stays usable as a static
-    argument of ``jax.jit``.
-    """
-
-    def __init__(self, items: Mapping[str, Any] = ()):
-        self._items = dict(items)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._items[key]
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._items.items()))
-
-    def __repr__(self) -> str:
-        return f"Config({self._items!r})"
+Hashable so that a :class:`RewardTransform` stays usable as a static argument
+of ``jax.jit``.
+"""
 
 
 class RewardTransform(NamedTuple):
@@ -103,7 +86,7 @@ class RewardTransform(NamedTuple):
     update: UpdateFn
     normalize: NormalizeFn
     step: StepFn
-    config: Config = Config()
+    config: Config = FrozenDict()
 
 
 def make_config(name: str, **hyperparameters) -> Config:
@@ -116,7 +99,9 @@ class EmptyState:
     """State of a stateless transform."""
 
 
-def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = Config()) -> RewardTransform:
+def stateless(
+    fn: Callable[[jax.Array], jax.Array], config: Config = FrozenDict()
+) -> RewardTransform:
     """Wraps an elementwise reward function as a :class:`RewardTransform`."""
 
     def init(batch_shape: Shape = ()) -> EmptyState:

@@ -229,7 +229,7 @@ def normalize_reward(
       dtype: statistics and return dtype, float32 or float64; default float64
         under x64, float32 otherwise.
       axis_name: mapped axis name(s) to share the statistics across
-        (``vmap``/``pmap``/``shard_map``); see :func:`rewardnorm_jax.update_stats`.
+        (``vmap``/``pmap``/``shard_map``); see :func:`rewardnorm_jax.merge_stats`.
       decay: ``None`` (cumulative statistics, as the references) or the
         per-update discount in [0, 1) of exponential moving statistics.
       shared: one set of statistics for the whole batch (default, as the
