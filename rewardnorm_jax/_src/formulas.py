@@ -1,25 +1,49 @@
 r"""The reward-normalization math, written once against an array namespace.
 
-Every function here takes the array namespace ``xp`` (``jax.numpy``, ``numpy``,
-or a scalar namespace with the same names: ``where``, ``sqrt``,
-``maximum``, ``minimum``) and uses only those names plus ordinary
-arithmetic. The JAX transforms call them with ``jax.numpy`` under ``jit``;
-the Gymnasium adapters call the very same functions on NumPy float64 arrays
-or Python floats, so there is one copy of each formula in the library.
+Every function here takes the array namespace ``xp`` (``jax.numpy`` or
+``numpy``) and uses ordinary arithmetic, comparisons and a few of its
+functions (``where`` through :func:`select`, ``sqrt``, ``maximum``,
+``minimum``). The JAX transforms call them with ``jax.numpy`` under ``jit``;
+the Gymnasium adapters call the very same functions with ``numpy`` on the
+host in float64: on NumPy arrays for vector environments, and on Python
+floats and booleans for one environment, where an operator costs tens of
+nanoseconds and a NumPy call about a microsecond. So finiteness is tested
+with operators (:math:`|x| < \infty`, and :math:`x = x` for "not NaN"), and
+:func:`select` picks in Python when its condition is a host boolean.
 
 Reductions over the batch are passed in as ``reduce``: a sum over the shared
 axes (optionally followed by a cross-device ``psum``), or the identity for
 per-environment statistics.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 Array = Any
 Reduce = Callable[[Array], Array]
+Merge = Callable[[Any, Array, Array], Any]
 
 
-def discounted_return(xp, ret, reward, gamma, reset_before, valid, active):
+def select(xp, condition, x, y):
+    """``xp.where(condition, x, y)``, picked in Python for a host boolean condition.
+
+    A Python or NumPy ``bool`` (a static flag under ``jit``, or a host value)
+    returns ``x`` or ``y`` as it is, without broadcasting; any array
+    condition goes to ``xp.where``.
+
+    Example:
+      >>> select(np, True, 1.0, 2.0), select(np, np.array([True, False]), 1.0, 2.0)
+      (1.0, array([1., 2.]))
+    """
+    if isinstance(condition, (bool, np.bool_)):
+        return x if condition else y
+    return xp.where(condition, x, y)
+
+
+def discounted_return(xp, ret, reward, gamma, reset_before, valid, active=None):
     r"""One step of the tracked discounted return.
 
     .. math::
@@ -40,14 +64,88 @@ def discounted_return(xp, ret, reward, gamma, reset_before, valid, active):
         gamma: discount factor.
         reset_before: boolean ``d``.
         valid: boolean, the reward is finite and the environment active.
-        active: boolean, the environment took part in this step.
+        active: boolean, the environment took part in this step; ``None``
+            when every environment did.
 
     Returns:
         The new return ``G'``.
+
+    Example:
+        >>> discounted_return(np, 2.0, 1.0, 0.5, False, True)
+        2.0
     """
-    carried = xp.where(reset_before, 0.0, ret)
-    accumulated = carried * gamma + xp.where(valid, reward, 0.0)
-    return xp.where(valid, accumulated, xp.where(active, carried, ret))
+    carried = select(xp, reset_before, 0.0, ret)
+    # A non-finite reward is never selected: its sum is computed and dropped.
+    accumulated = carried * gamma + reward
+    skipped = carried if active is None else select(xp, active, carried, ret)
+    return select(xp, valid, accumulated, skipped)
+
+
+def return_step(
+    xp,
+    ret,
+    stats,
+    reward,
+    terminated,
+    truncated,
+    update_stats,
+    valid,
+    active,
+    *,
+    gamma,
+    semantics,
+    merge: Merge,
+):
+    r"""One environment step of the return recurrence and its statistics.
+
+    Advances the return with :func:`discounted_return`, lets
+    ``merge(stats, G', mask)`` fold the returns selected by ``valid &
+    update_stats`` into the statistics, then applies the freeze rule and the
+    post-update reset of ``semantics`` (a
+    :class:`~rewardnorm_jax.Semantics`). The JAX transforms call it on
+    checked, broadcast arrays; the Gymnasium adapters on NumPy arrays or
+    Python scalars.
+
+    Args:
+        xp: array namespace.
+        ret: current return ``G``.
+        stats: the statistics, passed to ``merge`` untouched.
+        reward: rewards ``r``.
+        terminated: boolean episode flags.
+        truncated: boolean episode flags.
+        update_stats: boolean (scalar), whether the statistics learn.
+        valid: boolean, the reward is finite and the environment active.
+        active: boolean, the environment took part in this step, or ``None``.
+        gamma: discount factor.
+        semantics: the reset and freeze conventions.
+        merge: ``merge(stats, returns, mask) -> stats``.
+
+    Returns:
+        ``(G', stats')``.
+
+    Example:
+        >>> from rewardnorm_jax._src import semantics as sem
+        >>> count = lambda n, g, mask: n + mask
+        >>> return_step(np, 1.0, 0, 2.0, False, False, True, True, None, gamma=0.5,
+        ...             semantics=sem.GYMNASIUM, merge=count)
+        (2.5, 1)
+    """
+    new_ret = discounted_return(
+        xp,
+        ret,
+        reward,
+        gamma,
+        semantics.flag("reset_before", terminated, truncated),
+        valid,
+        active,
+    )
+    stats = merge(stats, new_ret, valid & update_stats)
+    if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
+        new_ret = select(xp, update_stats, new_ret, ret)
+    # ... but an episode end zeroes the return whether frozen or not.
+    if semantics.reset_after != "never":
+        new_ret = select(xp, semantics.flag("reset_after", terminated, truncated), 0.0, new_ret)
+    return new_ret, stats
 
 
 def batch_moments(xp, x, mask, reduce: Reduce):
@@ -77,11 +175,11 @@ def batch_moments(xp, x, mask, reduce: Reduce):
     """
     # Zeros in the dtype of x. A masked-in x may be infinite (a return that
     # overflowed the dtype), so it is clamped before the product: 0 * inf is NaN.
-    zero = 0.0 * xp.where(mask, xp.minimum(xp.maximum(x, -1.0), 1.0), 0.0)
-    count = reduce(xp.where(mask, zero + 1.0, zero))
+    zero = 0.0 * select(xp, mask, xp.minimum(xp.maximum(x, -1.0), 1.0), 0.0)
+    count = reduce(select(xp, mask, zero + 1.0, zero))
     divisor = xp.maximum(count, 1.0)
-    mean = reduce(xp.where(mask, x, zero)) / divisor
-    deviation = xp.where(mask, x - mean, zero)
+    mean = reduce(select(xp, mask, x, zero)) / divisor
+    deviation = select(xp, mask, x - mean, zero)
     return count, mean, reduce(deviation * deviation) / divisor
 
 
@@ -110,6 +208,68 @@ def chan_increments(count, mean, batch_count, batch_mean, batch_var):
     return delta * ratio, delta_m2, new_count
 
 
+def two_sum(xp, high, low, increment):
+    """Adds ``increment`` to the unevaluated sum ``high + low`` (Knuth's TwoSum).
+
+    Returns the new ``(high, low)``: ``high`` is the rounded sum and ``low``
+    carries its rounding error, so the pair holds about twice the working
+    precision. A sum that overflows keeps its infinity with a zero error term
+    (the error formula gives ``inf - inf = NaN`` exactly then).
+
+    Example:
+        >>> two_sum(np, 1.0, 0.0, 2.0**-60)
+        (1.0, 8.673617379884035e-19)
+    """
+    addend = increment + low
+    total = high + addend
+    rounded = total - high
+    error = (high - (total - rounded)) + (addend - rounded)
+    return total, select(xp, error == error, error, 0.0)
+
+
+def merge_moments(xp, mean, mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var):
+    r"""Merges a batch's moments into compensated running statistics.
+
+    The statistics are the mean :math:`\mu` and the sum of squared deviations
+    :math:`M`, each an unevaluated sum of two floats (``mean + mean_low``,
+    ``m2 + m2_low``), and the weight :math:`n` (``count``). The increments of
+    :func:`chan_increments` are added with :func:`two_sum`, so rounding errors
+    are carried instead of lost.
+
+    Range: increments that exceed the dtype (returns whose square overflows)
+    saturate :math:`M` at ``+inf`` (the variance becomes ``+inf``); a mean
+    increment that overflows is dropped, so the mean keeps its last
+    representable value, and nothing becomes NaN.
+
+    Args:
+        xp: array namespace.
+        mean: running mean.
+        mean_low: rounding error carried with ``mean``.
+        m2: running sum of squared deviations :math:`M`.
+        m2_low: rounding error carried with ``m2``.
+        count: their weight :math:`n` (samples plus the prior's ``1e-4``).
+        batch_count: number of samples :math:`n_b` in the batch (0 changes nothing).
+        batch_mean: the batch's mean :math:`\mu_b`.
+        batch_var: the batch's population variance :math:`\sigma_b^2`.
+
+    Returns:
+        ``(mean, mean_low, m2, m2_low)`` after the merge.
+
+    Example:
+        >>> merge_moments(np, 0.0, 0.0, 1.0, 0.0, 1.0, 1, 2.0, 0.0)  # n = 1, x = 2
+        (1.0, 0.0, 3.0, 0.0)
+    """
+    delta_mean, delta_m2, _ = chan_increments(
+        count, mean + mean_low, batch_count, batch_mean, batch_var
+    )
+    mean_finite = abs(delta_mean) < math.inf  # false for +-inf and NaN
+    delta_mean = select(xp, mean_finite, delta_mean, 0.0)
+    delta_m2 = select(xp, mean_finite & (delta_m2 == delta_m2), delta_m2, math.inf)
+    mean, mean_low = two_sum(xp, mean, mean_low, delta_mean)
+    m2, m2_low = two_sum(xp, m2, m2_low, delta_m2)
+    return mean, mean_low, m2, m2_low
+
+
 def scale_by_std(xp, reward, var, epsilon, clip, passthrough):
     r"""Divide by the running standard deviation, optionally clip.
 
@@ -132,4 +292,4 @@ def scale_by_std(xp, reward, var, epsilon, clip, passthrough):
     scaled = reward / xp.sqrt(var + epsilon)
     if clip is not None:
         scaled = xp.maximum(xp.minimum(scaled, clip), -clip)
-    return xp.where(passthrough, reward, scaled)
+    return select(xp, passthrough, reward, scaled)

@@ -81,10 +81,10 @@ def return_step(
 ):
     """One environment step of a transform driven by the discounted return.
 
-    The single place the return-based transforms run the recurrence: checks
-    shapes, advances the return with
-    :func:`~rewardnorm_jax._src.formulas.discounted_return`, lets
-    ``merge(stats, ret, valid)`` fold the valid returns into the transform's
+    Checks shapes, casts the inputs, and runs the library's one recurrence,
+    :func:`~rewardnorm_jax._src.formulas.return_step` (the Gymnasium adapters
+    run it on the host): it advances the return, lets
+    ``merge(stats, ret, mask)`` fold the valid returns into the transform's
     statistics, then applies the freeze rule and the post-update reset of
     ``semantics``.
 
@@ -111,20 +111,20 @@ def return_step(
     reward = jnp.asarray(reward, dtype)
     valid = active & jnp.isfinite(reward)
 
-    new_ret = formulas.discounted_return(
+    new_ret, stats = formulas.return_step(
         jnp,
         ret,
+        stats,
         reward,
-        gamma,
-        semantics.flag("reset_before", terminated, truncated),
+        terminated,
+        truncated,
+        jnp.asarray(update_stats, bool),
         valid,
         active,
+        gamma=gamma,
+        semantics=semantics,
+        merge=merge,
     )
-    stats = merge(stats, new_ret, valid & jnp.asarray(update_stats, bool))
-    if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
-        new_ret = jnp.where(update_stats, new_ret, ret)
-    # ... but an episode end zeroes the return whether frozen or not.
-    new_ret = jnp.where(semantics.flag("reset_after", terminated, truncated), 0.0, new_ret)
     return reward, new_ret, stats
 
 

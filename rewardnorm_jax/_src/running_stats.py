@@ -3,7 +3,7 @@ r"""Running mean and variance as an immutable pytree, merged exactly.
 The statistics follow Gymnasium's and Stable-Baselines3's ``RunningMeanStd``:
 they start from a prior of weight ``PRIOR_COUNT = 1e-4`` with mean 0 and
 variance 1, and every batch joins them through the parallel algorithm of
-Chan et al. (:func:`rewardnorm_jax._src.formulas.chan_increments`).
+Chan et al. (:func:`rewardnorm_jax._src.formulas.merge_moments`).
 
 Precision. Float32 is JAX's default, and a naive float32 accumulator fails in
 three known ways: a float32 count stops growing at :math:`2^{24}`; once the
@@ -157,19 +157,6 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> Runnin
     )
 
 
-def _two_sum(high, low, increment):
-    """Adds ``increment`` to the unevaluated sum ``high + low`` (Knuth's TwoSum).
-
-    A sum that overflows keeps its infinity with a zero error term (the error
-    formula would give ``inf - inf = NaN``).
-    """
-    addend = increment + low
-    total = high + addend
-    rounded = total - high
-    error = (high - (total - rounded)) + (addend - rounded)
-    return total, jnp.where(jnp.isfinite(total), error, 0.0)
-
-
 def _add_count(stats: RunningStats, batch_count: jax.Array):
     """Adds a uint32 ``batch_count`` to the two-word count, with carry."""
     low = stats.count_lo + batch_count
@@ -280,17 +267,9 @@ def update(
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
         decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
         count, m2, m2_low = decay * count, decay * m2, decay * m2_low
-    delta_mean, delta_m2, new_count = formulas.chan_increments(
-        count, stats.mean + stats.mean_low, batch_count, batch_mean, batch_var
+    mean, mean_low, m2, m2_low = formulas.merge_moments(
+        jnp, stats.mean, stats.mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var
     )
-    # Finite returns whose moments exceed the dtype's range give infinite or
-    # NaN (inf - inf) increments: M saturates at +inf, the mean keeps its value
-    # if its own increment overflowed, and the statistics never become NaN.
-    mean_ok = jnp.isfinite(delta_mean)
-    delta_mean = jnp.where(mean_ok, delta_mean, 0.0)
-    delta_m2 = jnp.where(mean_ok & ~jnp.isnan(delta_m2), delta_m2, jnp.inf)
-    mean, mean_low = _two_sum(stats.mean, stats.mean_low, delta_mean)
-    m2, m2_low = _two_sum(m2, m2_low, delta_m2)
     count_hi, count_lo = _add_count(
         stats, _count_increment(batch_count, mask, reduce, num_batch_axes, axis_name)
     )
@@ -301,7 +280,7 @@ def update(
         m2_low=m2_low,
         count_hi=count_hi,
         count_lo=count_lo,
-        weight=None if stats.decay is None else new_count,
+        weight=None if stats.decay is None else count + batch_count,
     )
 
 
