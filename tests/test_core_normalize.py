@@ -361,9 +361,9 @@ def test_state_round_trips_through_flax_serialization_bit_exactly():
         ({"gamma": 99}, r"gamma should be in the interval \[0, 1\], got gamma=99"),
         ({"gamma": -0.1}, "gamma should be in the interval"),
         ({"gamma": float("nan")}, "gamma should be in the interval"),
-        ({"epsilon": 0.0}, "epsilon should be strictly positive, got epsilon=0.0"),
-        ({"epsilon": -1e-8}, "epsilon should be strictly positive"),
-        ({"clip": -1.0}, "clip should be a positive number or None"),
+        ({"epsilon": 0.0}, "epsilon should be a positive number .*, got epsilon=0.0"),
+        ({"epsilon": -1e-8}, "epsilon should be a positive number"),
+        ({"clip": -1.0}, "clip should be a positive number"),
         ({"semantics": "rllib"}, "semantics='rllib' is not known"),
     ],
 )

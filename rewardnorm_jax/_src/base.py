@@ -1,7 +1,10 @@
 """The reward-transform interface shared by every transform and adapter."""
 
+import dataclasses
+import functools
 import numbers
-from collections.abc import Callable
+import operator
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -53,6 +56,7 @@ Config = FrozenDict
 Hashable so that a :class:`RewardTransform` stays usable as a static argument
 of ``jax.jit``.
 """
+NO_CONFIG: Config = FrozenDict()
 
 
 class RewardTransform(NamedTuple):
@@ -86,7 +90,7 @@ class RewardTransform(NamedTuple):
     update: UpdateFn
     normalize: NormalizeFn
     step: StepFn
-    config: Config = FrozenDict()
+    config: Config = NO_CONFIG
 
 
 def make_config(name: str, **hyperparameters) -> Config:
@@ -99,28 +103,141 @@ class EmptyState:
     """State of a stateless transform."""
 
 
-def stateless(
-    fn: Callable[[jax.Array], jax.Array], config: Config = FrozenDict()
-) -> RewardTransform:
+def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) -> RewardTransform:
     """Wraps an elementwise reward function as a :class:`RewardTransform`."""
 
     def init(batch_shape: Shape = ()) -> EmptyState:
-        del batch_shape
+        check_batch_shape(batch_shape)
         return EmptyState()
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         del reward, terminated, truncated, active
+        check_state(state, init, (), config)
         return state
 
     def normalize(state, reward):
-        del state
+        check_state(state, init, (), config)
         return fn(jnp.asarray(reward))
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         del terminated, truncated, update_stats, active
-        return fn(jnp.asarray(reward)), state
+        return normalize(state, reward), state
 
     return RewardTransform(init, update, normalize, step, config)
+
+
+def check_batch_shape(batch_shape, name: str = "batch_shape") -> Shape:
+    """``batch_shape`` as a tuple of sizes: an int ``n`` means ``(n,)``.
+
+    The one rule for every ``init(batch_shape)`` and statistics shape.
+
+    Raises:
+      TypeError: if ``batch_shape`` is not an int or a sequence of ints.
+      ValueError: if a size is negative.
+    """
+    sizes = (batch_shape,) if _is_size(batch_shape) else batch_shape
+    if not (isinstance(sizes, (tuple, list)) and all(map(_is_size, sizes))):
+        raise TypeError(
+            f"{name} should be an int or a tuple of ints (the shape of the rewards), "
+            f"got {name}={batch_shape!r}."
+        )
+    sizes = tuple(operator.index(size) for size in sizes)
+    if any(size < 0 for size in sizes):
+        raise ValueError(f"{name} should hold sizes >= 0, got {name}={batch_shape!r}.")
+    return sizes
+
+
+def shape_of(array) -> Shape:
+    """The shape of an array, tracer or ``ShapeDtypeStruct``; ``()`` for anything else."""
+    shape = getattr(array, "shape", ())
+    return tuple(shape) if isinstance(shape, tuple) else ()
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def layout(tree, path: str = "") -> dict[str, str]:
+    """``{path: description}`` of a state's static structure.
+
+    Containers give their type, array leaves ``dtype[shape]`` (arrays, tracers
+    and ``jax.ShapeDtypeStruct`` alike), ``None`` gives ``"None"`` and static
+    dataclass fields (``RunningStats.decay``) their ``repr``.
+    """
+    name = path.rstrip("/") or "state"
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        found = {name: type(tree).__name__}
+        for field in dataclasses.fields(tree):
+            value = getattr(tree, field.name)
+            if field.metadata.get("pytree_node", True):
+                found.update(layout(value, f"{path}{field.name}/"))
+            else:
+                found[path + field.name] = repr(value)
+        return found
+    if isinstance(tree, (tuple, list, Mapping)):
+        items = tree.items() if isinstance(tree, Mapping) else enumerate(tree)
+        found = {name: f"{type(tree).__name__} of {len(tree)}"}
+        for key, value in items:
+            found.update(layout(value, f"{path}{key}/"))
+        return found
+    if hasattr(tree, "dtype") and hasattr(tree, "shape"):
+        return {name: f"{np.dtype(tree.dtype).name}{list(tree.shape)}"}
+    return {name: "None" if tree is None else type(tree).__name__}
+
+
+@functools.lru_cache(maxsize=256)
+def _expected_layout(init: InitFn, batch_shape: Shape) -> dict[str, str]:
+    return layout(jax.eval_shape(lambda: init(batch_shape)))
+
+
+def check_state(
+    state,
+    init: InitFn,
+    batch_shape: Shape,
+    config: Config,
+    hints: Mapping[str, str] = NO_CONFIG,
+) -> None:
+    """Raises a ValueError at trace time if ``state`` is not one ``init`` makes.
+
+    The state must have the structure, static fields, shapes and dtypes of
+    ``init(batch_shape)``: a state built by the same factory with other
+    hyperparameters (another ``decay``, ``g_max``, ``shared``, ``dtype``) or by
+    another transform would otherwise run silently with the wrong arithmetic,
+    or fail deep inside it.
+
+    Args:
+      state: the state passed to ``update`` / ``normalize`` / ``step``.
+      init: the transform's ``init``.
+      batch_shape: the batch shape the state claims (its return's shape).
+      config: the transform's config, to name its hyperparameters.
+      hints: ``{path prefix: "name,name"}``, the hyperparameters that set
+        the parts of the state under that prefix (the longest matching
+        prefix is named in the message; ``""`` matches every path).
+    """
+    expected = _expected_layout(init, batch_shape)
+    found = layout(state)
+    if found == expected:
+        return
+    lines = []
+    paths = sorted(set(found) | set(expected))
+    if found["state"] != expected["state"]:  # another transform's state: the type says it
+        paths = ["state"]
+    for path in paths:
+        have, want = found.get(path, "absent"), expected.get(path, "absent")
+        if have != want:
+            prefixes = [prefix for prefix in hints if path.startswith(prefix)]
+            names = hints[max(prefixes, key=len)].split(",") if prefixes else []
+            setting = ", ".join(f"{name}={config.get(name)!r}" for name in names)
+            lines.append(
+                f"{path}: the state has {have}, this transform expects {want}"
+                + (f" (this transform has {setting})" if setting else "")
+            )
+    raise ValueError(
+        f"the state does not match this {config.get('transform', 'transform')} "
+        f"for batch_shape={batch_shape}:\n  "
+        + "\n  ".join(lines)
+        + "\nCreate the state with this transform's init(batch_shape)."
+    )
 
 
 def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
@@ -169,3 +286,29 @@ def is_real(value) -> bool:
             jnp.issubdtype(value.dtype, jnp.integer) or jnp.issubdtype(value.dtype, jnp.floating)
         )
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float:
+    """A positive hyperparameter as a float, checked against the ``dtype`` it is used in.
+
+    The value must be a normal number of ``dtype`` (from ``finfo.tiny`` to
+    ``finfo.max``): a smaller one rounds to a subnormal or to 0 there (and
+    XLA flushes subnormals to 0), a larger one to ``inf``, so the arithmetic
+    would divide by zero or drop the hyperparameter. ``allow_inf`` also accepts
+    ``inf`` (a bound that never binds).
+
+    Raises:
+      ValueError: naming the parameter, its value and the valid range.
+    """
+    info = jnp.finfo(dtype)
+    in_range = is_real(value) and (
+        info.tiny <= value <= info.max or (allow_inf and value == float("inf"))
+    )
+    if not in_range:
+        upper = "inf" if allow_inf else f"{float(info.max):.4g}"
+        raise ValueError(
+            f"{name} should be a positive number that is normal in {np.dtype(dtype).name}, "
+            f"the dtype it is computed in (from {float(info.tiny):.4g} to {upper}), "
+            f"got {name}={value!r}."
+        )
+    return float(value)

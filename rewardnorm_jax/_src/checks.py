@@ -64,11 +64,14 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
     """
 
     def init(batch_shape: base.Shape = ()) -> CheckFiniteRewardState:
-        del batch_shape
+        base.check_batch_shape(batch_shape)
         return CheckFiniteRewardState(step=jnp.zeros((), jnp.uint32))
 
     def check(step, reward, active) -> jax.Array:
         reward = jnp.asarray(reward)
+        base.check_step_shapes(reward.shape, reward, active=active)
+        if reward.size == 0:  # an empty batch has nothing to check
+            return reward
         bad = ~jnp.isfinite(reward) & base.as_flag(True if active is None else active, reward.shape)
         first = jnp.unravel_index(jnp.argmax(bad), reward.shape)
         where, text = {}, ""
@@ -93,16 +96,17 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
         return reward
 
     def normalize(state: CheckFiniteRewardState, reward) -> jax.Array:
+        base.check_state(state, init, (), config)
         return check(state.step, reward, None)
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         del terminated, truncated, update_stats
+        base.check_state(state, init, (), config)
         reward = check(state.step, reward, active)
         return reward, CheckFiniteRewardState(step=state.step + jnp.uint32(1))
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
 
-    return base.RewardTransform(
-        init, update, normalize, step, base.make_config("check_finite_reward")
-    )
+    config = base.make_config("check_finite_reward")
+    return base.RewardTransform(init, update, normalize, step, config)

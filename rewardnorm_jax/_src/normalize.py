@@ -5,8 +5,6 @@ Gymnasium's ``NormalizeReward``, Stable-Baselines3's ``VecNormalize`` (reward
 part) and PureJaxRL's ``NormalizeVecReward``.
 """
 
-import math
-
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -27,32 +25,22 @@ class NormalizeRewardState:
     ret_abs_max: jax.Array | None = None  # stats shape, running max |G| (g_max only)
 
 
-def check_gamma_epsilon(gamma, epsilon) -> tuple[float, float]:
-    """Validates the hyperparameters; returns them as floats."""
+# Which hyperparameters shape which part of the state, for mismatch messages.
+STATE_HINTS = {
+    "": "shared,dtype",
+    "ret": "dtype",
+    "stats/decay": "decay",
+    "stats/weight": "decay",
+    "ret_abs_max": "g_max,shared",
+}
+
+
+def check_gamma(gamma) -> float:
+    """Validates the discount factor; returns it as a float."""
     # gamma > 1 makes the return diverge, gamma < 0 flips its sign every step.
     if not (base.is_real(gamma) and 0.0 <= gamma <= 1.0):
         raise ValueError(f"gamma should be in the interval [0, 1], got gamma={gamma!r}.")
-    # epsilon = 0 divides by zero while the variance is 0 (constant returns).
-    if not (base.is_real(epsilon) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon should be strictly positive, got epsilon={epsilon!r}.")
-    return float(gamma), float(epsilon)
-
-
-def check_clip(clip) -> float | None:
-    if clip is None:
-        return None
-    if not (base.is_real(clip) and clip > 0):
-        raise ValueError(f"clip should be a positive number or None, got clip={clip!r}.")
-    return float(clip)
-
-
-def check_g_max(g_max) -> float | None:
-    if g_max is None:
-        return None
-    # g_max <= 0 divides by zero or flips the sign of the floor.
-    if not (base.is_real(g_max) and math.isfinite(g_max) and g_max > 0):
-        raise ValueError(f"g_max should be a positive number or None, got g_max={g_max!r}.")
-    return float(g_max)
+    return float(gamma)
 
 
 def semantics_config(semantics: sem_lib.Semantics) -> dict:
@@ -131,7 +119,9 @@ def return_step(
 def running_max(old, values, mask, axis_name=None) -> jax.Array:
     """``max(old, max of the masked values)``, reducing leading axes to ``old``'s shape."""
     num_batch_axes = values.ndim - old.ndim
-    batch_max = jnp.max(jnp.where(mask, values, old), axis=tuple(range(num_batch_axes)))
+    batch_max = jnp.max(
+        values, axis=tuple(range(num_batch_axes)), where=mask, initial=-jnp.inf
+    )  # -inf for an empty batch
     if axis_name is not None:
         batch_max = jax.lax.pmax(batch_max, axis_name)
     return jnp.maximum(old, batch_max)
@@ -263,28 +253,42 @@ def normalize_reward(
       Reinforcement Learning <https://arxiv.org/abs/2502.15280>`_, 2025
       (SimbaV2, ``g_max``).
     """
-    gamma, epsilon = check_gamma_epsilon(gamma, epsilon)
+    gamma = check_gamma(gamma)
     semantics = sem_lib.resolve(semantics)
-    clip = check_clip(semantics.clip if clip is _SEMANTICS_DEFAULT else clip)
     dtype = rs.check_dtype(dtype)
-    decay = rs.check_decay(decay)
-    g_max = check_g_max(g_max)
+    # epsilon = 0 (or a value that rounds to 0 in dtype) divides by zero while
+    # the variance is 0 (constant returns).
+    epsilon = base.check_positive("epsilon", epsilon, dtype)
+    clip = semantics.clip if clip is _SEMANTICS_DEFAULT else clip
+    clip = None if clip is None else base.check_positive("clip", clip, dtype, allow_inf=True)
+    decay = rs.check_decay(decay, dtype)
+    # g_max <= 0 divides by zero or flips the sign of the floor.
+    g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
 
     def init(batch_shape: base.Shape = ()) -> NormalizeRewardState:
-        stats_shape = () if shared else tuple(batch_shape)
+        batch_shape = base.check_batch_shape(batch_shape)
+        stats_shape = () if shared else batch_shape
         return NormalizeRewardState(
             stats=rs.init_stats(stats_shape, dtype, decay=decay),
             ret=jnp.zeros(batch_shape, dtype),
             ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
         )
 
-    def normalize(state: NormalizeRewardState, reward) -> jax.Array:
-        reward = jnp.asarray(reward, dtype)
+    def check_state(state) -> base.Shape:
+        batch_shape = base.shape_of(getattr(state, "ret", None))
+        base.check_state(state, init, batch_shape, config, STATE_HINTS)
+        return batch_shape
+
+    def scale(state: NormalizeRewardState, reward: jax.Array) -> jax.Array:
         var = state.stats.var
         if g_max is not None:  # max(sqrt(var + eps), M / g_max) as one square root
             floor = state.ret_abs_max / g_max
             var = jnp.maximum(var, floor * floor - epsilon)
         return formulas.scale_by_std(jnp, reward, var, epsilon, clip, ~jnp.isfinite(reward))
+
+    def normalize(state: NormalizeRewardState, reward) -> jax.Array:
+        base.check_step_shapes(check_state(state), reward)
+        return scale(state, jnp.asarray(reward, dtype))
 
     def merge(stats, ret, valid):
         running, ret_abs_max = stats
@@ -294,6 +298,7 @@ def normalize_reward(
         return running, ret_abs_max
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+        check_state(state)
         reward, ret, (stats, ret_abs_max) = return_step(
             state.ret,
             (state.stats, state.ret_abs_max),
@@ -308,7 +313,7 @@ def normalize_reward(
             merge=merge,
         )
         new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        return normalize(new_state, reward), new_state
+        return scale(new_state, reward), new_state
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]

@@ -14,7 +14,7 @@ Two ways to use it:
   :func:`~rewardnorm_jax.normalize_reward`) and divides rewards by the scale.
 """
 
-import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -42,21 +42,31 @@ class PercentileScaleRewardState:
     ret: jax.Array  # batch_shape, the tracked discounted return G
 
 
-def _check_update_options(rate, low, high) -> None:
-    # rate 0 never moves the averages; rate > 1 overshoots and oscillates.
-    if not (base.is_real(rate) and 0.0 < rate <= 1.0):
+def _check_update_options(rate, low, high, dtype) -> float:
+    # rate 0 (or one that rounds to 0 in dtype) never moves the averages;
+    # rate > 1 overshoots and oscillates.
+    rate = base.check_positive("rate", rate, dtype)
+    if rate > 1.0:
         raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
     # A range needs low < high inside [0, 100].
     if not (base.is_real(low) and base.is_real(high) and 0.0 <= low < high <= 100.0):
         raise ValueError(
             f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
         )
+    return rate
 
 
-def _check_limit(limit) -> None:
-    # limit <= 0 allows a zero or negative divisor.
-    if not (base.is_real(limit) and math.isfinite(limit) and limit > 0):
-        raise ValueError(f"limit should be a positive number, got limit={limit!r}.")
+def _check_percentiles(state) -> jnp.dtype:
+    """The dtype of a :class:`PercentileState`; raises ValueError for anything else."""
+    dtype = jnp.dtype(getattr(getattr(state, "low", None), "dtype", None))
+    scalar = f"{dtype.name}[]"
+    expected = {"state": "PercentileState", "low": scalar, "high": scalar}
+    if not (dtype in (jnp.float32, jnp.float64) and base.layout(state) == expected):
+        raise ValueError(
+            "state should be a PercentileState of two float32 or float64 scalars, as "
+            f"init_percentiles() makes, got {base.layout(state)}."
+        )
+    return jnp.dtype(dtype)
 
 
 def init_percentiles(dtype=None) -> PercentileState:
@@ -128,8 +138,8 @@ def update_percentiles(
       <https://arxiv.org/abs/2301.04104>`_, 2023; DreamerV3
       ``embodied/jax/utils.py`` (``Normalize``, ``impl='perc'``).
     """
-    _check_update_options(rate, low, high)
-    dtype = state.low.dtype
+    dtype = _check_percentiles(state)
+    rate = _check_update_options(rate, low, high, dtype)
     values = jnp.asarray(values, dtype)
     valid = jnp.isfinite(values)
     if mask is not None:
@@ -141,12 +151,15 @@ def update_percentiles(
     names = () if axis_name is None else axis_name if isinstance(axis_name, tuple) else (axis_name,)
     for name in names:
         values = jax.lax.all_gather(values, name)
-    batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
-    new = PercentileState(
-        low=(1.0 - rate) * state.low + rate * batch[0],
-        high=(1.0 - rate) * state.high + rate * batch[1],
-    )
-    new = rs.select(jnp.any(~jnp.isnan(values)), new, state)
+    if values.size:  # an empty batch (size known at trace time) leaves the state as it is
+        batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
+        new = PercentileState(
+            low=(1.0 - rate) * state.low + rate * batch[0],
+            high=(1.0 - rate) * state.high + rate * batch[1],
+        )
+        new = jax.tree.map(partial(jnp.where, jnp.any(~jnp.isnan(values))), new, state)
+    else:
+        new = state
     if names:
         new = jax.tree.map(lambda x: jax.lax.pmax(x, names), new)
     return new
@@ -175,7 +188,9 @@ def percentile_scale(state: PercentileState, limit: float = 1.0) -> jax.Array:
       >>> round(float((advantages / percentile_scale(state))[-1]), 4)
       0.5556
     """
-    _check_limit(limit)
+    # limit <= 0 (or one that rounds to 0 in the state's dtype) allows a zero
+    # or negative divisor.
+    limit = base.check_positive("limit", limit, _check_percentiles(state))
     return jnp.maximum(limit, state.high - state.low)
 
 
@@ -244,19 +259,29 @@ def percentile_scale_reward(
       Hafner et al., `Mastering Diverse Domains through World Models
       <https://arxiv.org/abs/2301.04104>`_, 2023.
     """
-    gamma, _ = norm_lib.check_gamma_epsilon(gamma, 1.0)  # no epsilon here: validates gamma
-    _check_update_options(rate, low, high)
-    _check_limit(limit)
+    gamma = norm_lib.check_gamma(gamma)
     semantics = sem_lib.resolve(semantics)
     dtype = rs.check_dtype(dtype)
+    rate = _check_update_options(rate, low, high, dtype)
+    limit = base.check_positive("limit", limit, dtype)
 
     def init(batch_shape: base.Shape = ()) -> PercentileScaleRewardState:
         return PercentileScaleRewardState(
-            percentiles=init_percentiles(dtype), ret=jnp.zeros(batch_shape, dtype)
+            percentiles=init_percentiles(dtype),
+            ret=jnp.zeros(base.check_batch_shape(batch_shape), dtype),
         )
 
+    def check_state(state) -> base.Shape:
+        batch_shape = base.shape_of(getattr(state, "ret", None))
+        base.check_state(state, init, batch_shape, config, {"": "dtype"})
+        return batch_shape
+
+    def scale(state: PercentileScaleRewardState, reward: jax.Array) -> jax.Array:
+        return reward / percentile_scale(state.percentiles, limit)
+
     def normalize(state: PercentileScaleRewardState, reward) -> jax.Array:
-        return jnp.asarray(reward, dtype) / percentile_scale(state.percentiles, limit)
+        base.check_step_shapes(check_state(state), reward)
+        return scale(state, jnp.asarray(reward, dtype))
 
     def merge(percentiles, ret, valid):
         return update_percentiles(
@@ -264,6 +289,7 @@ def percentile_scale_reward(
         )
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+        check_state(state)
         reward, ret, percentiles = norm_lib.return_step(
             state.ret,
             state.percentiles,
@@ -278,7 +304,7 @@ def percentile_scale_reward(
             merge=merge,
         )
         new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
-        return normalize(new_state, reward), new_state
+        return scale(new_state, reward), new_state
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
@@ -286,10 +312,10 @@ def percentile_scale_reward(
     config = base.make_config(
         "percentile_scale_reward",
         gamma=gamma,
-        rate=float(rate),
+        rate=rate,
         low=float(low),
         high=float(high),
-        limit=float(limit),
+        limit=limit,
         **norm_lib.semantics_config(semantics),
         dtype=dtype.name,
     )

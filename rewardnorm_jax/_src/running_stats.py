@@ -110,14 +110,18 @@ def check_dtype(dtype) -> np.dtype:
     return dtype
 
 
-def check_decay(decay) -> float | None:
-    """Validates the decay of exponential moving statistics."""
+def check_decay(decay, dtype) -> float | None:
+    """Validates the decay of exponential moving statistics kept in ``dtype``."""
     if decay is None:
         return None
     # decay = 1 is the cumulative statistics (decay=None, with an exact count);
     # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
-    if not (base.is_real(decay) and 0.0 <= decay < 1.0):
-        raise ValueError(f"decay should be in the interval [0, 1) or None, got decay={decay!r}.")
+    # A decay that rounds to 1 in dtype would never forget.
+    if not (base.is_real(decay) and 0.0 <= decay < 1.0 and np.asarray(decay, dtype) < 1.0):
+        raise ValueError(
+            f"decay should be in the interval [0, 1) in {np.dtype(dtype).name} (the "
+            f"statistics dtype) or None, got decay={decay!r}."
+        )
     return float(decay)
 
 
@@ -141,8 +145,9 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> Runnin
       >>> float(stats.mean), float(stats.var), round(float(stats.count), 6)
       (0.0, 1.0, 0.0001)
     """
+    shape = base.check_batch_shape(shape, "shape")
     dtype = check_dtype(dtype)
-    decay = check_decay(decay)
+    decay = check_decay(decay, dtype)
     zeros = jnp.zeros(shape, dtype)
     words = jnp.zeros(shape, jnp.uint32)
     return RunningStats(
@@ -282,11 +287,6 @@ def update(
         count_lo=count_lo,
         weight=None if stats.decay is None else count + batch_count,
     )
-
-
-def select(keep_new: jax.typing.ArrayLike, new: RunningStats, old: RunningStats) -> RunningStats:
-    """``new`` where ``keep_new`` (a Python or traced boolean) else ``old``."""
-    return jax.tree.map(lambda a, b: jnp.where(keep_new, a, b), new, old)
 
 
 def count_as_int(stats: RunningStats) -> np.ndarray:

@@ -90,6 +90,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
 
     def init(batch_shape: base.Shape = ()) -> tuple:
+        batch_shape = base.check_batch_shape(batch_shape)
         return tuple(t.init(batch_shape) for t in transforms)
 
     def _check(state):
@@ -99,18 +100,32 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
                 f"tuple of {len(transforms)} sub-states; create it with chain(...).init()."
             )
 
+    def _member(position, call, *args, **kwargs):
+        """``call(*args, **kwargs)``, its ValueError prefixed with the member's position."""
+        try:
+            return call(*args, **kwargs)
+        except ValueError as error:
+            raise ValueError(f"chain member {position}: {error}") from error
+
     def normalize(state, reward):
         _check(state)
-        for transform, sub_state in zip(transforms, state):
-            reward = transform.normalize(sub_state, reward)
+        for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
+            reward = _member(position, transform.normalize, sub_state, reward)
         return reward
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         _check(state)
         new_state = []
-        for transform, sub_state in zip(transforms, state):
-            reward, sub_state = transform.step(
-                sub_state, reward, terminated, truncated, update_stats, active=active
+        for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
+            reward, sub_state = _member(
+                position,
+                transform.step,
+                sub_state,
+                reward,
+                terminated,
+                truncated,
+                update_stats,
+                active=active,
             )
             new_state.append(sub_state)
         return reward, tuple(new_state)

@@ -1,0 +1,228 @@
+"""The contract every transform keeps: its own states only, any batch shape, dtype-aware checks.
+
+Every factory of the core is listed in ``TRANSFORMS``; each test runs over all
+of them, eagerly and under ``jax.jit`` (``chex.variants``).
+"""
+
+import itertools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from absl.testing import parameterized
+from jax.experimental import checkify
+
+import rewardnorm_jax as rn
+
+NORMALIZERS = {
+    f"normalize_reward(decay={decay}, shared={shared}, g_max={g_max})": (
+        lambda decay=decay, shared=shared, g_max=g_max: rn.normalize_reward(
+            decay=decay, shared=shared, g_max=g_max
+        )
+    )
+    for decay, shared, g_max in itertools.product([None, 0.9, 0.5], [True, False], [None, 10.0])
+}
+TRANSFORMS = {
+    **NORMALIZERS,
+    "percentile_scale_reward": lambda: rn.percentile_scale_reward(rate=0.5),
+    "check_finite_reward": rn.check_finite_reward,
+    "clip_reward": lambda: rn.clip_reward(-1.0, 1.0),
+    "scale_reward": lambda: rn.scale_reward(0.5),
+    "transform_reward": lambda: rn.transform_reward(jnp.tanh),
+    "symlog_reward": rn.symlog_reward,
+    "signed_hyperbolic_reward": rn.signed_hyperbolic_reward,
+    "chain": lambda: rn.chain(
+        rn.check_finite_reward(), rn.normalize_reward(decay=0.9), rn.clip_reward(-2.0, 2.0)
+    ),
+}
+# Transforms whose state has the batch shape, so rewards must have it too.
+BATCHED = [*NORMALIZERS, "percentile_scale_reward", "chain"]
+NAMED = [(name, name) for name in sorted(TRANSFORMS)]
+
+
+def layout(tree):
+    """Structure, shapes and dtypes, as a comparable value."""
+    return jax.tree.structure(tree), [(x.shape, x.dtype) for x in jax.tree.leaves(tree)]
+
+
+def floats(tree):
+    return [x for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.floating)]
+
+
+def checked(fn):
+    """``fn`` under checkify, raising its error (check_finite_reward stages a check)."""
+
+    def run(*args, **kwargs):
+        err, out = checkify.checkify(fn)(*args, **kwargs)
+        err.throw()
+        return out
+
+    return run
+
+
+class EveryTransform(chex.TestCase):
+    def call(self, fn, *args):
+        """``fn(*args)`` in the test's variant (eager or jit), its checkify error raised."""
+        err, out = self.variant(checkify.checkify(fn))(*args)
+        err.throw()
+        return out
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters(NAMED)
+    def test_empty_batches_pass_through_and_keep_the_state_layout(self, name):
+        transform = TRANSFORMS[name]()
+        for batch_shape in [(0,), (0, 3)]:
+            state = transform.init(batch_shape)
+            reward = jnp.zeros(batch_shape)
+            out, new_state = self.call(transform.step, state, reward, True, False)
+            assert out.shape == batch_shape
+            assert layout(new_state) == layout(state)
+            assert self.call(transform.normalize, state, reward).shape == batch_shape
+            assert layout(self.call(transform.update, state, reward)) == layout(state)
+            # An empty batch leaves the statistics as they are (the step counter
+            # of check_finite_reward still counts the step).
+            chex.assert_trees_all_equal(floats(new_state), floats(state))
+
+    @parameterized.named_parameters(NAMED)
+    def test_one_rule_for_batch_shape(self, name):
+        transform = TRANSFORMS[name]()
+        chex.assert_trees_all_equal_shapes_and_dtypes(transform.init(4), transform.init((4,)))
+        chex.assert_trees_all_equal_shapes_and_dtypes(
+            transform.init(np.int64(3)), transform.init([3])
+        )
+        for bad in [-1, (2, -1)]:
+            with pytest.raises(ValueError, match=r"batch_shape should hold sizes >= 0, got"):
+                transform.init(bad)
+        for bad in [None, 2.0, "4", (2, None), True, (2.0,)]:
+            with pytest.raises(TypeError, match=r"batch_shape should be an int or a tuple of ints"):
+                transform.init(bad)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.named_parameters([(name, name) for name in BATCHED])
+    def test_rewards_of_another_shape_are_refused_by_every_function(self, name):
+        transform = TRANSFORMS[name]()
+        state = transform.init((4,))
+        for reward in [jnp.ones((4, 1)), jnp.ones(3), jnp.ones(())]:
+            for fn in (transform.normalize, transform.step, transform.update):
+                with pytest.raises(ValueError, match=r"reward has shape"):
+                    self.call(fn, state, reward)
+
+
+def test_normalize_with_a_per_environment_state_refuses_a_column_of_rewards():
+    norm = rn.normalize_reward(shared=False)
+    state = norm.update(norm.init((4,)), jnp.arange(4.0))
+    with pytest.raises(ValueError, match=r"reward has shape \(4, 1\) but the state was initial"):
+        norm.normalize(state, jnp.arange(4.0)[:, None])
+    # The right shape gives one reward per environment, each scaled by its own statistics.
+    expected = np.arange(4.0) / np.sqrt(np.asarray(state.stats.var) + 1e-8)
+    np.testing.assert_allclose(norm.normalize(state, jnp.arange(4.0)), expected, rtol=1e-6)
+
+
+def run(transform, state, batch_shape, steps=3):
+    rewards = jnp.arange(steps * int(np.prod(batch_shape)), dtype=jnp.float32)
+    for reward in rewards.reshape(steps, *batch_shape):
+        _, state = checked(transform.step)(state, reward)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("built_by", "used_by"), list(itertools.product(sorted(TRANSFORMS), repeat=2))
+)
+def test_a_state_of_another_configuration_is_refused_by_name(built_by, used_by):
+    """Every pair: a state runs only in a transform whose init makes its exact layout."""
+    state = TRANSFORMS[built_by]().init((4,))
+    transform = TRANSFORMS[used_by]()
+    if layout(state) == layout(transform.init((4,))):
+        reference = run(transform, transform.init((4,)), (4,))
+        chex.assert_trees_all_equal(run(transform, state, (4,)), reference)
+        return
+    for fn in (transform.normalize, transform.step, transform.update):
+        with pytest.raises(ValueError, match=r"does not match this|chain of 3 transforms"):
+            checked(fn)(state, jnp.ones(4))
+
+
+def test_mismatch_messages_name_the_hyperparameter():
+    with pytest.raises(
+        ValueError,
+        match=r"stats/decay: the state has 0.9, this transform expects None "
+        r"\(this transform has decay=None\)",
+    ):
+        rn.normalize_reward().step(rn.normalize_reward(decay=0.9).init(), 1.0)
+    with pytest.raises(
+        ValueError,
+        match=r"ret_abs_max: the state has None, this transform expects float32\[\] "
+        r"\(this transform has g_max=10.0",
+    ):
+        rn.normalize_reward(g_max=10).step(rn.normalize_reward().init(), 1.0)
+    with pytest.raises(
+        ValueError, match=r"stats/mean: the state has float32\[4\], this transform expects float32"
+    ):
+        rn.normalize_reward().step(rn.normalize_reward(shared=False).init(4), jnp.ones(4))
+    with pytest.raises(
+        ValueError, match=r"state: the state has NormalizeRewardState, this transform expects"
+    ):
+        rn.percentile_scale_reward().normalize(rn.normalize_reward().init(), 1.0)
+    chained = rn.chain(rn.clip_reward(), rn.normalize_reward())
+    with pytest.raises(ValueError, match=r"chain member 1: the state does not match"):
+        chained.step((rn.EmptyState(), rn.normalize_reward(decay=0.5).init()), 1.0)
+    with jax.enable_x64(True):
+        wide = rn.normalize_reward(dtype=jnp.float64).init()
+    with pytest.raises(ValueError, match=r"stats/m2: the state has float64\[\], this transform"):
+        rn.normalize_reward(dtype=jnp.float32).update(wide, 1.0)
+
+
+def test_init_stats_takes_the_same_shapes():
+    chex.assert_trees_all_equal_shapes_and_dtypes(rn.init_stats(3), rn.init_stats((3,)))
+    with pytest.raises(ValueError, match=r"shape should hold sizes >= 0, got shape=-2"):
+        rn.init_stats(-2)
+    with pytest.raises(TypeError, match=r"shape should be an int or a tuple of ints"):
+        rn.init_stats(None)
+
+
+@pytest.mark.parametrize(
+    ("factory", "kwargs", "name"),
+    [
+        (rn.normalize_reward, {"epsilon": 1e-50, "decay": 0.0}, "epsilon"),
+        (rn.normalize_reward, {"epsilon": 1e-40, "decay": 0.5}, "epsilon"),
+        (rn.normalize_reward, {"epsilon": 1e39}, "epsilon"),
+        (rn.normalize_reward, {"g_max": 1e-45}, "g_max"),
+        (rn.normalize_reward, {"g_max": 1e39}, "g_max"),
+        (rn.normalize_reward, {"clip": 1e-50}, "clip"),
+        (rn.normalize_reward, {"decay": 1.0 - 1e-9}, "decay"),
+        (rn.percentile_scale_reward, {"rate": 1e-40}, "rate"),
+        (rn.percentile_scale_reward, {"limit": 1e-46}, "limit"),
+        (rn.percentile_scale_reward, {"limit": 1e39}, "limit"),
+    ],
+)
+def test_hyperparameters_must_be_normal_numbers_of_the_statistics_dtype(factory, kwargs, name):
+    with pytest.raises(ValueError, match=rf"{name} should be .* float32.*got {name}="):
+        factory(**kwargs)
+
+
+def test_the_epsilon_bound_holds_at_the_smallest_accepted_epsilon():
+    """|r~| <= |r| / sqrt(eps) for a constant stream whose variance decays to 0."""
+    tiny = float(jnp.finfo(jnp.float32).tiny)
+    norm = rn.normalize_reward(gamma=0.0, epsilon=tiny, decay=0.5)
+    rewards = jnp.ones(1000)
+
+    def body(state, reward):
+        out, state = norm.step(state, reward)
+        return state, (out, state.stats.var)
+
+    _, (out, var) = jax.jit(lambda s: jax.lax.scan(body, s, rewards))(norm.init())
+    assert float(var[-1]) == 0.0  # the variance really reached 0: only epsilon is left
+    bound = np.float32(1.0) / np.sqrt(np.float32(tiny))
+    assert np.all(np.isfinite(out))
+    assert np.all(np.abs(np.asarray(out)) <= bound)
+    np.testing.assert_allclose(out[-1], bound, rtol=1e-6)
+
+
+def test_float64_statistics_accept_what_float32_cannot_hold():
+    with jax.enable_x64(True):
+        norm = rn.normalize_reward(epsilon=1e-50, decay=0.0, dtype=jnp.float64)
+        out, state = norm.step(norm.init(), 1.0)
+    # decay 0 forgets the prior: one sample, variance 0, so the divisor is sqrt(1e-50).
+    assert float(state.stats.var) == 0.0
+    np.testing.assert_allclose(out, 1e25, rtol=1e-12)
