@@ -194,8 +194,8 @@ def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi)
 
         return jax.lax.fori_loop(0, num_updates, body, stats)
 
-    words = dict(count_hi=jnp.uint32(start_hi), count_lo=jnp.uint32(start_lo))
-    stats = run(rn.init_stats().replace(**words))
+    words = jnp.array([start_hi, start_lo], jnp.uint32)
+    stats = run(rn.init_stats().replace(count_words=words))
     batch_sizes = [sizes(t) for t in range(num_updates)]
     assert len(set(batch_sizes)) == num_updates
     total = start_hi * 2**32 + start_lo + sum(batch_sizes)

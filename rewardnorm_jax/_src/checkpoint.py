@@ -3,7 +3,7 @@
 A checkpoint is a msgpack map ``{"format": "rewardnorm_jax.state", "crc32":
 ..., "body": ...}`` whose ``body`` (checked by the CRC-32) is the msgpack map:
 
-* ``version`` (1);
+* ``version`` (2; version 1 is read too, see :func:`load_state`);
 * ``static``: the static (non-array) fields of the state's dataclasses, such
   as the ``decay`` of exponential moving statistics, by path;
 * ``metadata``: what the caller passed to :func:`save_state` (for example the
@@ -27,7 +27,10 @@ import numpy as np
 from flax import serialization
 
 FORMAT = "rewardnorm_jax.state"
-VERSION = 1
+VERSION = 2
+# Version 1 stored RunningStats as one leaf per quantity; version 2 packs them.
+_V1_FLOATS = ("mean", "mean_low", "m2", "m2_low")
+_V1_WORDS = ("count_hi", "count_lo")
 _SCALARS = (bool, int, float, str, type(None))
 _MAX_LISTED = 12  # differences listed in an error message
 
@@ -102,10 +105,10 @@ def _read_record(body: bytes) -> dict[str, Any]:
         raise ValueError(f"checkpoint body is not msgpack: {error}") from error
     if not isinstance(record, dict):
         raise ValueError(f"checkpoint body is a {type(record).__name__}, not a record.")
-    if record.get("version") != VERSION:
+    if record.get("version") not in (1, VERSION):
         raise ValueError(
             f"checkpoint format version {record.get('version')!r} is not supported "
-            f"(this library reads version {VERSION})."
+            f"(this library reads versions 1 and {VERSION})."
         )
     if "state" not in record:
         raise ValueError("checkpoint record holds no 'state'.")
@@ -113,6 +116,36 @@ def _read_record(body: bytes) -> dict[str, Any]:
         if not isinstance(record.get(key), dict):
             raise ValueError(f"checkpoint record has no {key!r} mapping.")
     return record
+
+
+def _pack_v1_stats(tree):
+    """A version-1 state dict with every RunningStats in the packed layout.
+
+    Version 1 kept ``mean``, ``mean_low``, ``m2``, ``m2_low`` (and ``weight``)
+    and the count words ``count_hi``, ``count_lo`` as separate leaves; they
+    are stacked along a new last axis into ``moments`` and ``count_words``,
+    bit for bit. A record that does not hold them consistently (one shape,
+    one float dtype, uint32 words) is left as it is, and the comparison with
+    the template then names its leaves.
+    """
+    if not isinstance(tree, dict):
+        return tree
+    tree = {key: _pack_v1_stats(value) for key, value in tree.items()}
+    names = (*_V1_FLOATS, *_V1_WORDS)
+    if set(names) <= set(tree) <= {*names, "weight"}:
+        floats = [tree[name] for name in _V1_FLOATS]
+        if tree.get("weight") is not None:
+            floats.append(tree["weight"])
+        words = [tree[name] for name in _V1_WORDS]
+        leaves = floats + words
+        if all(isinstance(leaf, np.ndarray) for leaf in leaves) and (
+            len({leaf.shape for leaf in leaves}) == 1
+            and len({leaf.dtype for leaf in floats}) == 1
+            and floats[0].dtype.kind == "f"
+            and all(word.dtype == np.uint32 for word in words)
+        ):
+            return {"moments": np.stack(floats, axis=-1), "count_words": np.stack(words, axis=-1)}
+    return tree
 
 
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
@@ -172,6 +205,10 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
       metadata: the metadata the checkpoint must hold (usually the
         transform's ``config``), or ``None`` to accept any.
 
+    Checkpoints of format version 1 (rewardnorm_jax 0.1.0, which stored each
+    quantity of :class:`~rewardnorm_jax.RunningStats` as its own leaf) are
+    migrated to the packed layout on loading, bit for bit.
+
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
       JAX arrays where the template has JAX arrays (NumPy arrays and Python
@@ -199,6 +236,8 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
         raise ValueError("checkpoint is corrupt: its body does not match its crc32 checksum.")
     record = _read_record(body)
     saved = record["state"]
+    if record["version"] == 1:
+        saved = _pack_v1_stats(saved)
     expected = serialization.to_state_dict(template)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))

@@ -54,18 +54,69 @@ PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
 
 
+# Positions along the last axis of ``RunningStats.moments`` and ``.count_words``.
+_MEAN, _MEAN_LOW, _M2, _M2_LOW, _WEIGHT = range(5)
+_HI, _LO = range(2)
+
+
 @struct.dataclass
 class RunningStats:
-    """Running mean, variance and count; see the module docstring for the layout."""
+    """Running mean, variance and count; see the module docstring for the layout.
 
-    mean: jax.Array  # stats shape, float32 or float64
-    mean_low: jax.Array  # rounding error carried with ``mean``
-    m2: jax.Array  # sum of squared deviations, including the prior's
-    m2_low: jax.Array  # rounding error carried with ``m2``
-    count_hi: jax.Array  # uint32, high word of the sample count
-    count_lo: jax.Array  # uint32, low word of the sample count
-    weight: jax.Array | None = None  # discounted weight W (EMA statistics only)
+    The floats are packed along the last axis of one array and the count
+    words along another, so a scan carries two arrays, whatever the number
+    of quantities. Read them through the properties.
+    """
+
+    # (*shape, 4) float: mean, mean_low, m2, m2_low; (*shape, 5) with the
+    # discounted weight W last for exponential moving statistics.
+    moments: jax.Array
+    count_words: jax.Array  # (*shape, 2) uint32: high and low word of the sample count
     decay: float | None = struct.field(pytree_node=False, default=None)  # static
+
+    @classmethod
+    def from_parts(
+        cls, mean, mean_low, m2, m2_low, count_hi, count_lo, weight=None, decay=None
+    ) -> "RunningStats":
+        """Packs the statistics' quantities (arrays of one shape) into the layout."""
+        floats = [mean, mean_low, m2, m2_low] + ([] if weight is None else [weight])
+        words = [jnp.asarray(count_hi, jnp.uint32), jnp.asarray(count_lo, jnp.uint32)]
+        return cls(jnp.stack(floats, axis=-1), jnp.stack(words, axis=-1), decay)
+
+    @property
+    def mean(self) -> jax.Array:
+        """Running mean (its high word: ``mean + mean_low`` is the exact sum)."""
+        return self.moments[..., _MEAN]
+
+    @property
+    def mean_low(self) -> jax.Array:
+        """Rounding error carried with ``mean``."""
+        return self.moments[..., _MEAN_LOW]
+
+    @property
+    def m2(self) -> jax.Array:
+        """Sum of squared deviations, the prior's included (high word)."""
+        return self.moments[..., _M2]
+
+    @property
+    def m2_low(self) -> jax.Array:
+        """Rounding error carried with ``m2``."""
+        return self.moments[..., _M2_LOW]
+
+    @property
+    def weight(self) -> jax.Array | None:
+        """Discounted weight W of exponential moving statistics (None otherwise)."""
+        return None if self.decay is None else self.moments[..., _WEIGHT]
+
+    @property
+    def count_hi(self) -> jax.Array:
+        """High word (uint32) of the sample count."""
+        return self.count_words[..., _HI]
+
+    @property
+    def count_lo(self) -> jax.Array:
+        """Low word (uint32) of the sample count."""
+        return self.count_words[..., _LO]
 
     @property
     def count(self) -> jax.Array:
@@ -75,8 +126,8 @@ class RunningStats:
         weight :math:`W` instead; :func:`count_as_int` still counts samples.
         """
         if self.decay is not None:
-            return self.weight
-        dtype = self.mean.dtype
+            return self.moments[..., _WEIGHT]
+        dtype = self.moments.dtype
         return (self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)) + PRIOR_COUNT
 
     @property
@@ -86,6 +137,7 @@ class RunningStats:
 
     @property
     def std(self) -> jax.Array:
+        """Population standard deviation, ``sqrt(var)``."""
         return jnp.sqrt(self.var)
 
 
@@ -150,7 +202,7 @@ def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> Runnin
     decay = check_decay(decay, dtype)
     zeros = jnp.zeros(shape, dtype)
     words = jnp.zeros(shape, jnp.uint32)
-    return RunningStats(
+    return RunningStats.from_parts(
         mean=zeros,
         mean_low=zeros,
         m2=jnp.full(shape, PRIOR_COUNT, dtype),
@@ -278,7 +330,7 @@ def update(
     count_hi, count_lo = _add_count(
         stats, _count_increment(batch_count, mask, reduce, num_batch_axes, axis_name)
     )
-    return stats.replace(
+    return RunningStats.from_parts(
         mean=mean,
         mean_low=mean_low,
         m2=m2,
@@ -286,6 +338,7 @@ def update(
         count_hi=count_hi,
         count_lo=count_lo,
         weight=None if stats.decay is None else count + batch_count,
+        decay=stats.decay,
     )
 
 

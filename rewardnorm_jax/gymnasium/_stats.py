@@ -160,7 +160,7 @@ class RunningMeanStd:
 
         mean, mean_low = split(self._mean)
         m2, m2_low = split(self._m2)
-        return rs.RunningStats(
+        return rs.RunningStats.from_parts(
             mean=mean,
             mean_low=mean_low,
             m2=m2,
