@@ -131,7 +131,7 @@ def environment(packages: Sequence[str] = ("jax", "jaxlib", "numpy")) -> str:
 
 def command_line() -> str:
     """The command that ran this script, for the results header."""
-    return "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+    return "python " + " ".join([os.path.relpath(sys.argv[0]), *sys.argv[1:]])
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -151,7 +151,7 @@ def plain_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
         [f"{v:.3g}" if isinstance(v, float) else str(v) for v in row] for row in rows
     ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells)
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells)
 
 
 def print_results(

@@ -67,7 +67,7 @@ class TrivialEnv(gym.Env):
 class TrivialVectorEnv(VectorEnv):
     """N environments in NEXT_STEP autoreset mode whose step returns precomputed arrays."""
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}  # noqa: RUF012  Gymnasium's own type
 
     def __init__(self, num_envs: int):
         self.num_envs = num_envs

@@ -44,7 +44,7 @@ def make_rollouts(env_name: str, num_envs: int, steps: int):
     def rollout(step_fn, env_reset, extra_init):
         def run(key):
             reset_key, key = jax.random.split(key)
-            obs, state = env_reset(jax.random.split(reset_key, num_envs), params)
+            _obs, state = env_reset(jax.random.split(reset_key, num_envs), params)
 
             def body(carry, key):
                 state, extra = carry

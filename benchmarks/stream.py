@@ -141,7 +141,7 @@ def naive_scan(rewards, terminated):
 class ReplayVectorEnv(VectorEnv):
     """A vector environment whose steps replay a recorded (T, N) reward stream."""
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}  # noqa: RUF012  Gymnasium's own type
 
     def __init__(self, rewards: np.ndarray, terminated: np.ndarray):
         self.rewards, self.terminated = rewards, terminated
@@ -164,7 +164,7 @@ class ReplayVectorEnv(VectorEnv):
 
 
 def run_stream(env, out: np.ndarray) -> np.ndarray:
-    """Steps ``env`` through the first ``len(out)`` steps; writes the rewards it emits to ``out``."""
+    """Steps ``env`` through ``len(out)`` steps; writes the rewards it emits to ``out``."""
     env.reset()
     for t in range(len(out)):
         out[t] = env.step(None)[1]

@@ -49,6 +49,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser of ``rewardnorm-demo``."""
     parser = argparse.ArgumentParser(
         prog="python -m rewardnorm_jax.demo",
         description="PPO on a gymnax environment with rewardnorm_jax reward normalization; "
@@ -183,6 +184,7 @@ def _evaluate(config, runners, seed):
 
 
 def main(argv=None) -> int:
+    """Runs the demo with the command-line arguments ``argv``; returns the exit status."""
     start = time.perf_counter()
     parser = build_parser()
     args = parser.parse_args(argv)

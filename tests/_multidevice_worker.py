@@ -100,7 +100,7 @@ def run_all(dtype, batch_shape, axis_name=None):
     def run(*stream, states=None):
         if states is None:
             states = [n.init(batch_shape) for n in norms]
-        results = [scan_steps(n, state, *stream) for n, state in zip(norms, states)]
+        results = [scan_steps(n, state, *stream) for n, state in zip(norms, states, strict=True)]
         return [(state.stats, out) for state, out in results]
 
     run.norms = norms
@@ -290,10 +290,12 @@ def gymnax_runs() -> dict:
     actions = rng.integers(0, 2, (steps, num_envs), dtype=np.int32)
 
     def rollout(env, reset_keys, step_keys, actions):
-        obs, state = env.reset(reset_keys, params)
+        _obs, state = env.reset(reset_keys, params)
 
         def body(state, xs):
-            obs, state, reward, terminated, truncated, info = env.step(xs[0], state, xs[1], params)
+            _obs, state, reward, _terminated, _truncated, _info = env.step(
+                xs[0], state, xs[1], params
+            )
             return state, reward
 
         state, rewards = jax.lax.scan(body, state, (step_keys, actions))
@@ -383,7 +385,7 @@ def matrix(dtype_name: str) -> dict:
         for key, per_config in runs.items():
             mode, parts = key.split("/")
             for config, (stats, out), (ref_stats, ref_out) in zip(
-                configs(dtype), per_config, references
+                configs(dtype), per_config, references, strict=True
             ):
                 results[f"{mode}/{config}/{dtype_name}/{parts}"] = compare(
                     stats, out, ref_stats, ref_out
@@ -427,7 +429,7 @@ def distributed(port: int, process_id: int) -> dict:
         leaves, treedef = jax.tree.flatten(state.stats)
         copies = [
             [np.asarray(shard.data) for shard in shards]
-            for shards in zip(*(leaf.addressable_shards for leaf in leaves))
+            for shards in zip(*(leaf.addressable_shards for leaf in leaves), strict=True)
         ]
         local = jax.tree.unflatten(treedef, copies[0])
         return {
@@ -435,7 +437,8 @@ def distributed(port: int, process_id: int) -> dict:
             "device_count": jax.device_count(),
             "local_copies": len(copies),
             "local_copies_identical": all(
-                all(np.array_equal(a, b) for a, b in zip(copy, copies[0])) for copy in copies
+                all(np.array_equal(a, b) for a, b in zip(copy, copies[0], strict=True))
+                for copy in copies
             ),
             "mean": float(local.mean),
             "var": float(local.var),

@@ -62,7 +62,7 @@ def test_golden_mountain_car_single_env_float64(mountain_car):
         norm = rn.normalize_reward(gamma=0.99, epsilon=1e-8)
         step = jax.jit(norm.step)
         state, outputs = norm.init(), []
-        for reward, term in zip(rewards, terminated):
+        for reward, term in zip(rewards, terminated, strict=True):
             out, state = step(state, reward, term, False)
             outputs.append(float(out))
     assert np.var(outputs) == pytest.approx(0.010162116476634746, rel=1e-12, abs=0)
@@ -70,7 +70,7 @@ def test_golden_mountain_car_single_env_float64(mountain_car):
 
 def test_golden_mountain_car_single_env_float32_scan(mountain_car):
     rewards, terminated = mountain_car
-    outputs, _, state = run_stream(
+    outputs, _, _state = run_stream(
         rn.normalize_reward(gamma=0.99, epsilon=1e-8),
         jnp.asarray(rewards[:, None], jnp.float32).reshape(-1),
         jnp.asarray(terminated),
@@ -92,7 +92,7 @@ def test_gamma_half_tracked_returns(jit):
 
 
 @pytest.mark.parametrize(
-    "semantics, mean, var",
+    ("semantics", "mean", "var"),
     [
         ("sb3", 5.687808, 6.212002),
         ("gymnasium_same_step", 5.687808, 6.212002),
@@ -216,7 +216,7 @@ def test_freeze_is_a_traced_flag_inside_jit():
     for _ in range(5):
         _, state = step(state, jnp.array([1.0, 2.0]), False, False, True)
     frozen_out, frozen = step(state, jnp.array([5.0, 5.0]), False, False, jnp.array(False))
-    for a, b in zip(jax.tree.leaves(state.stats), jax.tree.leaves(frozen.stats)):
+    for a, b in zip(jax.tree.leaves(state.stats), jax.tree.leaves(frozen.stats), strict=True):
         np.testing.assert_array_equal(a, b)
     assert not np.array_equal(frozen.ret, state.ret)  # gymnasium: G keeps accumulating
     np.testing.assert_allclose(frozen_out, norm.normalize(state, jnp.array([5.0, 5.0])), rtol=1e-6)
@@ -294,7 +294,7 @@ def test_one_nan_in_a_million_steps_changes_nothing():
     norm = rn.normalize_reward()
     out_poisoned, _, state_poisoned = run_stream(norm, poisoned, terminated, no_flags)
     _, _, state_clean = run_stream(norm, clean, clean_terminated, no_flags[1:])
-    for a, b in zip(jax.tree.leaves(state_poisoned), jax.tree.leaves(state_clean)):
+    for a, b in zip(jax.tree.leaves(state_poisoned), jax.tree.leaves(state_clean), strict=True):
         np.testing.assert_array_equal(a, b)
     assert np.isnan(out_poisoned[position])
     assert np.isfinite(np.delete(np.asarray(out_poisoned), position)).all()
@@ -350,13 +350,13 @@ def test_state_round_trips_through_flax_serialization_bit_exactly():
         jnp.zeros((20, 3), bool),
     )
     restored = serialization.from_bytes(norm.init((3,)), serialization.to_bytes(state))
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored)):
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored), strict=True):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"gamma": 99}, r"gamma should be in the interval \[0, 1\], got gamma=99"),
         ({"gamma": -0.1}, "gamma should be in the interval"),

@@ -43,7 +43,7 @@ def eval_line(output):
 def trained(tmp_path_factory):
     """``(checkpoint_dir, output)`` of ``demo --total-steps 16384 --seeds 2 --checkpoint DIR``."""
     directory = str(tmp_path_factory.mktemp("ckpt"))
-    status, output = run_main(SMALL_ARGS + ["--checkpoint", directory])
+    status, output = run_main([*SMALL_ARGS, "--checkpoint", directory])
     assert status == 0
     return directory, output
 
@@ -63,7 +63,8 @@ def test_cli_prints_progress_and_summary_and_learns(trained):
     assert all("steps/s" in line and "episode return" in line for line in progress)
     assert "final training episode return" in output
     assert "normalization statistics unchanged by evaluation: yes" in output
-    assert "saved checkpoint" in output and "total wall time" in output
+    assert "saved checkpoint" in output
+    assert "total wall time" in output
     returns = [float(re.search(r"episode return\s+([\d.]+)", line).group(1)) for line in progress]
     # The sampled policy starts near random (episodes of about 20 steps) and
     # balances far longer after 16,384 steps (this run measured 34 -> 194).
@@ -79,7 +80,8 @@ def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
     # (parameters, optimizer, environments, normalizer statistics and returns, keys).
     assert serialization.to_bytes(runners) == serialization.to_bytes(reference.runners)
     stats = ppo.norm_state(runners).stats
-    assert stats.count_lo.dtype == np.uint32 and stats.count_hi.dtype == np.uint32
+    assert stats.count_lo.dtype == np.uint32
+    assert stats.count_hi.dtype == np.uint32
     assert np.all(rn.count_as_int(stats) == 16384)  # one sample per environment step
     # Saving what was loaded rewrites the identical file.
     copy = os.path.join(directory, "resaved")
@@ -95,7 +97,8 @@ def test_resumed_run_equals_uninterrupted_continuation(trained, reference, tmp_p
     directory = str(tmp_path / "resume")
     shutil.copytree(trained[0], directory)
     status, output = run_main(["--checkpoint", directory])
-    assert status == 0 and "restored checkpoint" in output
+    assert status == 0
+    assert "restored checkpoint" in output
     _, resumed = ppo.load_checkpoint(directory)
     continued = ppo.train(SMALL, reference.runners)
     assert serialization.to_bytes(resumed) == serialization.to_bytes(continued.runners)
@@ -133,7 +136,7 @@ def test_evaluation_freezes_and_keeps_statistics(reference):
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    ("argv", "message"),
     [
         (["--env", "CartPol"], "valid names: CartPole-v1, Pendulum-v1"),
         (["--total-steps", "0"], "--total-steps: must be a positive integer, got 0"),
@@ -183,7 +186,8 @@ def test_command_line_exit_status():
     )
     assert result.returncode == 2
     assert "--env 'Nope-v0' is not a supported gymnax environment" in result.stderr
-    assert "Pendulum-v1" in result.stderr and result.stdout == ""
+    assert "Pendulum-v1" in result.stderr
+    assert result.stdout == ""
 
 
 def test_installed_command_runs_the_demo():
@@ -199,7 +203,8 @@ def test_installed_command_runs_the_demo():
     result = subprocess.run(
         [path, "--total-steps", "0"], capture_output=True, text=True, timeout=120
     )
-    assert result.returncode == 2 and "--total-steps" in result.stderr
+    assert result.returncode == 2
+    assert "--total-steps" in result.stderr
 
 
 def _equations(jaxpr):
@@ -214,13 +219,14 @@ def _equations(jaxpr):
 
 
 def test_initialisation_factorizes_one_matrix_at_a_time():
-    """Batched QR (a vmapped orthogonal init) deadlocks jaxlib's two-thread CPU pool: never batch it."""
+    """Batched QR (a vmapped orthogonal init) deadlocks jaxlib's two-thread CPU pool."""
     init = ppo._jitted_init(SMALL)
     jaxpr = jax.make_jaxpr(init)(jax.random.PRNGKey(0)).jaxpr
     shapes = [
         var.aval.shape for eq in _equations(jaxpr) if eq.primitive.name == "qr" for var in eq.invars
     ]
-    assert shapes and all(len(shape) == 2 for shape in shapes)
+    assert shapes
+    assert all(len(shape) == 2 for shape in shapes)
     runners = ppo.init_runners(SMALL, seed=0, num_seeds=3)
     assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 3))
     assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(runners))

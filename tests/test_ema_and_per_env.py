@@ -25,7 +25,7 @@ def weighted_reference(batches, masks, beta):
     (mean 0, variance 1, weight 1e-4) decays the same way.
     """
     values, ages, prior_age = [], [], 0
-    for batch, mask in zip(batches, masks):
+    for batch, mask in zip(batches, masks, strict=True):
         selected = np.asarray(batch, np.float64)[np.asarray(mask, bool)]
         if selected.size == 0:
             continue
@@ -70,7 +70,7 @@ def test_ema_stats_match_weighted_reference_with_varying_masks():
     with jax.enable_x64(True):
         update = jax.jit(rn.merge_stats)
         stats = rn.init_stats(decay=BETA)
-        for batch, mask in zip(batches, masks):
+        for batch, mask in zip(batches, masks, strict=True):
             stats = update(stats, jnp.asarray(batch), jnp.asarray(mask))
         mean, var, weight = weighted_reference(batches, masks, BETA)
         np.testing.assert_allclose(float(stats.mean), mean, rtol=1e-12)
@@ -207,7 +207,8 @@ def test_per_env_stats_equal_gymnasium_single_env_wrappers():
     assert np.std(shared_outputs[10:, 0]) < 1e-3
 
 
-def test_per_env_equals_vmap_of_single_env(decay=0.9):
+def test_per_env_equals_vmap_of_single_env():
+    decay = 0.9
     rng = np.random.default_rng(6)
     rewards = jnp.asarray(rng.normal(0, 1, (25, 5)) * np.arange(1, 6), jnp.float32)
     terminated = jnp.asarray(rng.random((25, 5)) < 0.1)
@@ -268,17 +269,20 @@ def test_state_structure_is_stable_under_scan_and_cond():
         flags = jnp.zeros(3, bool)
         _, new_state = step(state, jnp.ones(3), flags, flags, jnp.bool_(True))
         assert jax.tree.structure(state) == jax.tree.structure(new_state)
-        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state)):
-            assert a.dtype == b.dtype and a.shape == b.shape
+        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
+            assert a.dtype == b.dtype
+            assert a.shape == b.shape
         frozen, frozen_state = step(new_state, jnp.full(3, 9.0), flags, flags, jnp.bool_(False))
         expected = jax.jit(norm.normalize)(new_state, jnp.full(3, 9.0))
         np.testing.assert_allclose(frozen, expected, rtol=1e-6)
-        for a, b in zip(jax.tree.leaves(frozen_state.stats), jax.tree.leaves(new_state.stats)):
+        for a, b in zip(
+            jax.tree.leaves(frozen_state.stats), jax.tree.leaves(new_state.stats), strict=True
+        ):
             np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    ("kwargs", "name"),
     [
         ({"decay": 1.0}, "decay"),
         ({"decay": -0.1}, "decay"),

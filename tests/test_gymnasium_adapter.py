@@ -77,7 +77,7 @@ def test_golden_mountain_car_continuous():
 
 
 @pytest.mark.parametrize(
-    "env_id, steps, kwargs",
+    ("env_id", "steps", "kwargs"),
     [
         ("CartPole-v1", 1500, {}),  # many terminations: the return restarts from r
         ("MountainCarContinuous-v0", 2100, {"gamma": 0.9, "epsilon": 1e-4}),  # truncations
@@ -86,7 +86,9 @@ def test_golden_mountain_car_continuous():
 def test_side_by_side_with_gymnasium(env_id, steps, kwargs):
     freeze = set(range(300, 420))  # frozen statistics for a while, the return still runs
     results, theirs, ours = run_side_by_side(env_id, steps, seed=7, freeze=freeze, **kwargs)
-    for (o1, r1, te1, tr1, g1), (o2, r2, te2, tr2, g2) in zip(results["theirs"], results["ours"]):
+    for (o1, r1, te1, tr1, g1), (o2, r2, te2, tr2, g2) in zip(
+        results["theirs"], results["ours"], strict=True
+    ):
         np.testing.assert_array_equal(o1, o2)
         assert (te1, tr1) == (te2, tr2)
         assert g1 == g2  # the return recurrence is bit-identical
@@ -156,7 +158,8 @@ def test_non_finite_reward_passes_through_and_leaves_statistics_alone():
     without.reset()
     out_nan = [with_nan.step(0)[1] for _ in range(len(rewards) + 2)]
     out = [without.step(0)[1] for _ in rewards]
-    assert math.isnan(out_nan[2]) and out_nan[3] == math.inf
+    assert math.isnan(out_nan[2])
+    assert out_nan[3] == math.inf
     np.testing.assert_array_equal(out_nan[:2] + out_nan[4:], out)
     assert with_nan.return_rms.get_state() == without.return_rms.get_state()
 
@@ -182,7 +185,8 @@ def test_wrapper_interface_matches_gymnasium():
     base = gym.make("CartPole-v1")
     env = NormalizeReward(base, gamma=0.95, epsilon=1e-6)
     assert isinstance(env, gym.Wrapper)
-    assert env.env is base and env.unwrapped is base.unwrapped
+    assert env.env is base
+    assert env.unwrapped is base.unwrapped
     assert (env.gamma, env.epsilon) == (0.95, 1e-6)
     assert env.update_running_mean is True
     env.update_running_mean = False
@@ -191,7 +195,8 @@ def test_wrapper_interface_matches_gymnasium():
     np.testing.assert_array_equal(env.discounted_reward, np.array([0.0]))
     # The spec rebuilds the wrapper stack, ours included.
     rebuilt = gym.make(env.spec)
-    assert isinstance(rebuilt, NormalizeReward) and rebuilt.gamma == 0.95
+    assert isinstance(rebuilt, NormalizeReward)
+    assert rebuilt.gamma == 0.95
 
 
 def test_statistics_state_round_trips_bit_exactly():
@@ -202,7 +207,8 @@ def test_statistics_state_round_trips_bit_exactly():
         if any(env.step(env.action_space.sample())[2:4]):
             env.reset()
     state = env.return_rms.get_state()
-    assert set(state) == {"mean", "m2", "samples"} and state["samples"] == 200
+    assert set(state) == {"mean", "m2", "samples"}
+    assert state["samples"] == 200
 
     restored = NormalizeReward(gym.make("CartPole-v1"))
     restored.return_rms.set_state(state)
@@ -346,7 +352,7 @@ def test_host_namespaces_evaluate_the_formulas_as_numpy_does():
     )  # Python floats are float64
     scalar = [
         formulas.discounted_return(ns.scalar, float(g), float(r), 0.9, te, va, ac)
-        for g, r, te, va, ac in zip(ret, reward, terminated, valid, active)
+        for g, r, te, va, ac in zip(ret, reward, terminated, valid, active, strict=True)
     ]
     np.testing.assert_array_equal(scalar, expected)
     for got in (
@@ -357,7 +363,8 @@ def test_host_namespaces_evaluate_the_formulas_as_numpy_does():
         np.testing.assert_array_equal(got[1:], (np.mean(ret[valid]), np.var(ret[valid])))
     assert formulas.batch_moments(ns.scalar, 2.5, True, ns.identity) == (1.0, 2.5, 0.0)
     assert ns.scalar.maximum(1.0, math.nan) != ns.scalar.maximum(1.0, math.nan)  # NaN propagates
-    assert math.isnan(ns.scalar.minimum(math.nan, 1.0)) and ns.numpy.minimum(2.0, 1.0) == 1.0
+    assert math.isnan(ns.scalar.minimum(math.nan, 1.0))
+    assert ns.numpy.minimum(2.0, 1.0) == 1.0
 
 
 def test_benchmark_script_runs_with_tiny_sizes(capsys):

@@ -68,8 +68,9 @@ class ScriptedVectorEnv(VectorEnv):
 
 
 def reference(events, same_step, gamma=0.99, epsilon=1e-8):
-    """Gymnasium 1.4.0's vector NormalizeReward (SEMANTICS.md), float32 returns, with:
-    partial resets zeroing only the masked returns, and non-finite rewards skipped.
+    """Gymnasium 1.4.0's vector NormalizeReward (SEMANTICS.md), float32 returns.
+
+    Partial resets zero only the masked returns; non-finite rewards are skipped.
     """
     rms = GymRunningMeanStd(shape=())
     acc = prev = None
@@ -125,10 +126,12 @@ def test_golden_make_vec_mountain_car_continuous():
         np.testing.assert_allclose(np.std(rewards), golden_std, rtol=RTOL, atol=0)
 
 
-@pytest.mark.parametrize("num_envs, mode", [(4, "sync"), (16, "sync"), (16, None)])
+@pytest.mark.parametrize(("num_envs", "mode"), [(4, "sync"), (16, "sync"), (16, None)])
 def test_next_step_side_by_side_with_gymnasium(num_envs, mode):
-    """Many episode ends (CartPole); 16 envs exercise NumPy's pairwise sums; the
-    native CartPole vector env returns float32 rewards.
+    """Many episode ends (CartPole), side by side with Gymnasium's wrapper.
+
+    16 envs exercise NumPy's pairwise sums; the native CartPole vector env
+    returns float32 rewards.
     """
     freeze = set(range(100, 150))
     theirs = gym_vector.NormalizeReward(
@@ -187,8 +190,9 @@ def test_disabled_mode_with_partial_resets():
     envs = NormalizeReward(recorder)
     got = run(envs, 300, seed=2, reset_done=True)
     partial = [e for e in recorder.events if e[0] == "reset" and e[1] is not None]
-    assert len(partial) > 5 and not all(mask.all() for _, mask in partial)
-    expected, rms, acc = reference(recorder.events, same_step=False)
+    assert len(partial) > 5
+    assert not all(mask.all() for _, mask in partial)
+    expected, _rms, acc = reference(recorder.events, same_step=False)
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=0)
     np.testing.assert_array_equal(envs.accumulated_reward, acc)
     assert envs.return_rms.samples == 300 * 4
@@ -230,10 +234,11 @@ def test_non_finite_rewards_pass_through_and_are_skipped():
     envs = NormalizeReward(recorder)
     envs.reset()
     got = np.array([envs.step(None)[1] for _ in range(8)])
-    assert math.isnan(got[2, 1]) and got[5, 0] == -math.inf
+    assert math.isnan(got[2, 1])
+    assert got[5, 0] == -math.inf
     assert np.isfinite(np.delete(got.ravel(), [2 * 3 + 1, 5 * 3 + 0])).all()
     assert envs.return_rms.samples == 8 * 3 - 2
-    expected, rms, acc = reference(recorder.events, same_step=False)
+    expected, _rms, acc = reference(recorder.events, same_step=False)
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=0)
     np.testing.assert_array_equal(envs.accumulated_reward, acc)
 
@@ -286,12 +291,15 @@ def test_wrapper_interface_matches_gymnasium():
     base = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync")
     envs = NormalizeReward(base, gamma=0.9, epsilon=1e-6)
     assert isinstance(envs, VectorWrapper)
-    assert envs.env is base and envs.unwrapped is base.unwrapped and envs.num_envs == 3
+    assert envs.env is base
+    assert envs.unwrapped is base.unwrapped
+    assert envs.num_envs == 3
     assert (envs.gamma, envs.epsilon, envs.update_running_mean) == (0.9, 1e-6, True)
     envs.update_running_mean = False
     assert envs.update_running_mean is False
     assert envs._saved_kwargs == {"gamma": 0.9, "epsilon": 1e-6}
-    assert envs.accumulated_reward.dtype == np.float32 and envs.accumulated_reward.shape == (3,)
+    assert envs.accumulated_reward.dtype == np.float32
+    assert envs.accumulated_reward.shape == (3,)
 
 
 def test_transform_and_clip_reward_match_gymnasium():

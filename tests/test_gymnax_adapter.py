@@ -70,7 +70,7 @@ def lockstep(stacks, action_env, params, key, updates):
         env_keys = jax.random.split(env_key, NUM_ENVS)
         results = [
             step(env_keys, state, actions, params, flag)
-            for (_, step), state, flag in zip(stacks, states, flags)
+            for (_, step), state, flag in zip(stacks, states, flags, strict=True)
         ]
         new_states = tuple(result[1] for result in results)
         outputs = tuple((obs, reward, term, trunc) for obs, _, reward, term, trunc, _ in results)
@@ -151,7 +151,9 @@ def vmapped_rollouts(name):
         jax.random.key(7),
         tuple(stacks[k][2] for k in labels),
     )
-    runs = {k: (stacks[k][0], state, out) for k, state, out in zip(labels, states, outputs)}
+    runs = {
+        k: (stacks[k][0], state, out) for k, state, out in zip(labels, states, outputs, strict=True)
+    }
     return runs, params
 
 
@@ -172,7 +174,9 @@ def test_batched_wrapper_equals_core_fed_the_raw_stream(name):
     core_state, expected = core_stream(PUREJAXRL, raw, terminated, truncated, ALWAYS)
     np.testing.assert_allclose(a_reward, expected, rtol=1e-6, atol=0)
     assert rn.count_as_int(state.transform_state.stats) == STEPS * NUM_ENVS
-    for got, want in zip(jax.tree.leaves(state.transform_state), jax.tree.leaves(core_state)):
+    for got, want in zip(
+        jax.tree.leaves(state.transform_state), jax.tree.leaves(core_state), strict=True
+    ):
         np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
@@ -213,7 +217,7 @@ def test_both_modes_match_purejaxrl_style_reference(name, mode):
 
 
 @pytest.mark.parametrize(
-    "make, batched",
+    ("make", "batched"),
     [
         (
             lambda env: rgx.RewardTransformWrapper(
@@ -289,7 +293,8 @@ def test_composes_with_log_and_flatten_wrappers_in_either_order(order):
     log_state = state.env_state if order == "outside" else state
     seen = raw if order == "outside" else reward
     done = terminated | truncated
-    assert not bool(done[:-1].any()) and bool(done[-1].all())  # Pendulum: 200-step episodes
+    assert not bool(done[:-1].any())
+    assert bool(done[-1].all())
     np.testing.assert_allclose(log_state.returned_episode_returns, seen.sum(0), rtol=1e-4)
     # reading and writing the transform state through the stack
     restored = rgx.set_transform_state(state, jax.device_get(transform_state))
@@ -309,12 +314,15 @@ EVAL_SCHEDULE = jnp.arange(EVAL_STEPS) >= 20  # frozen evaluation, then learning
 @functools.partial(jax.jit, static_argnames=("stacks",))
 def evaluate(stacks, params, keys, stats_from):
     """Resets each stack with ``stats_from`` and runs CartPole with action 1 in lockstep."""
-    starts = tuple(reset(keys, params, kept)[1] for (reset, _), kept in zip(stacks, stats_from))
+    starts = tuple(
+        reset(keys, params, kept)[1] for (reset, _), kept in zip(stacks, stats_from, strict=True)
+    )
     actions = jnp.ones(keys.shape[0], jnp.int32)
 
     def body(states, flag):
         results = [
-            step(keys, state, actions, params, flag) for (_, step), state in zip(stacks, states)
+            step(keys, state, actions, params, flag)
+            for (_, step), state in zip(stacks, states, strict=True)
         ]
         return tuple(r[1] for r in results), tuple((r[2], r[3], r[4]) for r in results)
 
@@ -354,7 +362,7 @@ def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
     reward, terminated, truncated = outputs[index]
     learned_stats = jax.tree.map(lambda x: x.reshape(-1)[0], stats_from[index].stats)
     kept = start.transform_state
-    for got, want in zip(jax.tree.leaves(kept.stats), jax.tree.leaves(learned_stats)):
+    for got, want in zip(jax.tree.leaves(kept.stats), jax.tree.leaves(learned_stats), strict=True):
         np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))  # stats kept
     np.testing.assert_array_equal(kept.ret, np.zeros(EVAL_ENVS))  # new episodes, new returns
     assert bool(jnp.all(start.update_stats))
@@ -391,11 +399,12 @@ def test_stats_from_keeps_everything_but_the_returns():
     kept = state.transform_state
     for sub_state in kept:
         np.testing.assert_array_equal(sub_state.ret, np.zeros(3))
-    for sub_kept, sub_learned in zip(kept, learned):
+    for sub_kept, sub_learned in zip(kept, learned, strict=True):
         assert float(jnp.abs(sub_learned.ret).max()) > 0
         restarted = sub_kept.replace(ret=sub_learned.ret)
         jax.tree.map(np.testing.assert_array_equal, restarted, sub_learned)
-    assert float(kept[0].ret_abs_max) > 0 and rn.count_as_int(kept[0].stats) == 48
+    assert float(kept[0].ret_abs_max) > 0
+    assert rn.count_as_int(kept[0].stats) == 48
 
 
 def test_normalize_reward_passes_options_to_the_core():
@@ -411,7 +420,7 @@ def test_normalize_reward_passes_options_to_the_core():
 
 
 @pytest.mark.parametrize(
-    "build, message",
+    ("build", "message"),
     [
         (lambda env: rgx.NormalizeReward(env, gamma=99), "gamma"),
         (lambda env: rgx.NormalizeReward(env, epsilon=0.0), "epsilon"),

@@ -75,7 +75,7 @@ def reference_per_step(rewards, gamma):
         epsilon=EPSILON,
     )
     rms, history = reference.RunningMeanStd(), []
-    for ret, reward in zip(returns, rewards):
+    for ret, reward in zip(returns, rewards, strict=True):
         rms.update(ret[np.isfinite(reward)])
         history.append((rms.mean, rms.var, rms.var * rms.count, rms.count))
     return outputs, np.array(history)
@@ -94,13 +94,15 @@ def check_against_reference(rewards, gamma, dtype):
         np.asarray(a, np.float64) for a in run_stream(norm, jnp.asarray(rewards, dtype))
     )
     ref_out, ref = reference_per_step(rewards.astype(np.float64), gamma)
-    ref_mean, ref_var, ref_m2, ref_count = ref.T
+    ref_mean, ref_var, ref_m2, _ref_count = ref.T
     info = np.finfo(dtype)
     finite = np.isfinite(rewards)
 
     # Invariants, whatever the magnitudes: no NaN, non-finite rewards passed
     # through, the count exact, the variance never negative.
-    assert not np.isnan(mean).any() and not np.isnan(m2).any() and not np.isnan(var).any()
+    assert not np.isnan(mean).any()
+    assert not np.isnan(m2).any()
+    assert not np.isnan(var).any()
     assert (var >= 0).all()
     assert not np.isnan(out[finite]).any()
     np.testing.assert_array_equal(out[~finite], rewards[~finite])
@@ -166,9 +168,11 @@ def test_constant_rewards_keep_a_finite_nonnegative_variance(value):
     """Zero variance in the data: the running variance decays to 0+, outputs stay finite."""
     norm = rn.normalize_reward(0.0, EPSILON)  # gamma 0: the returns are the constant itself
     rewards = jnp.full((2000, 8), value, jnp.float32)
-    out, mean, mean_low, m2, var, _ = run_stream(norm, rewards)
+    out, _mean, _mean_low, _m2, var, _ = run_stream(norm, rewards)
     out, var = np.asarray(out), np.asarray(var)
-    assert np.isfinite(out).all() and not np.isnan(var).any() and (var >= 0).all()
+    assert np.isfinite(out).all()
+    assert not np.isnan(var).any()
+    assert (var >= 0).all()
     assert np.all(np.abs(out) <= abs(np.float32(value)) / np.sqrt(EPSILON) * (1 + 1e-6))
     ref = reference.RunningMeanStd()
     for _ in range(2000):
@@ -178,7 +182,8 @@ def test_constant_rewards_keep_a_finite_nonnegative_variance(value):
         np.testing.assert_allclose(var[-1], ref.var, rtol=1e-5)
         np.testing.assert_allclose(ref.var, 1e-4 * (1 + np.float32(value) ** 2) / 16000, rtol=1e-3)
     else:
-        assert var[-1] == np.inf and (out[-1] == 0).all()
+        assert var[-1] == np.inf
+        assert (out[-1] == 0).all()
 
 
 @pytest.mark.parametrize(

@@ -154,9 +154,12 @@ def test_gymnax_adapter_shares_statistics_under_shard_map(runs):
 def test_two_processes_end_with_identical_statistics(runs):
     first, second = runs["distributed"]
     for result in (first, second):
-        assert result["process_count"] == 2 and result["device_count"] == 4, result
-        assert result["local_copies"] == 2 and result["local_copies_identical"], result
-    assert first["mean"] == second["mean"] and first["var"] == second["var"], (first, second)
+        assert result["process_count"] == 2, result
+        assert result["device_count"] == 4, result
+        assert result["local_copies"] == 2, result
+        assert result["local_copies_identical"], result
+    assert first["mean"] == second["mean"], (first, second)
+    assert first["var"] == second["var"], (first, second)
     assert first["count"] == second["count"] == worker.make_stream()[3].sum()
     # ... and they equal the single-device statistics of the same stream.
     reference = runs["matrix"]["reference/purejaxrl/float32"]

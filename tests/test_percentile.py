@@ -69,7 +69,7 @@ def test_update_percentiles_matches_dreamer_reference():
 
         return jax.lax.scan(body, rn.init_percentiles(), (batches, masks))[0]
 
-    for batch, mask in zip(batches, masks):
+    for batch, mask in zip(batches, masks, strict=True):
         ref.update(batch[mask])
     with jax.enable_x64(True):
         state = run(jnp.asarray(batches), jnp.asarray(masks))
@@ -110,9 +110,10 @@ def test_axis_name_gathers_exact_global_percentiles():
 
 def test_tuple_axis_names_gather_the_whole_grid():
     parts = jnp.asarray(np.random.default_rng(4).normal(size=(2, 3, 20)), jnp.float32)
-    update = lambda x: rn.update_percentiles(
-        rn.init_percentiles(), x, rate=1.0, axis_name=("a", "b")
-    )
+
+    def update(x):
+        return rn.update_percentiles(rn.init_percentiles(), x, rate=1.0, axis_name=("a", "b"))
+
     gathered = jax.jit(jax.vmap(jax.vmap(update, axis_name="b"), axis_name="a"))(parts)
     whole = rn.update_percentiles(rn.init_percentiles(), parts, rate=1.0)
     np.testing.assert_array_equal(gathered.low, np.full((2, 3), whole.low))
@@ -177,8 +178,9 @@ def test_chain_vmap_and_state_structure():
     state = jax.vmap(lambda _: transform.init((32,)))(jnp.arange(3))
     out, new_state = step(state, rewards)
     assert jax.tree.structure(state) == jax.tree.structure(new_state)
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state)):
-        assert a.shape == b.shape and a.dtype == b.dtype
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
+        assert a.shape == b.shape
+        assert a.dtype == b.dtype
     single = jax.jit(transform.step)
     for g in range(3):
         out_g, _ = single(transform.init((32,)), rewards[g])
@@ -187,7 +189,7 @@ def test_chain_vmap_and_state_structure():
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    ("kwargs", "name"),
     [
         ({"rate": 0.0}, "rate"),
         ({"rate": 1.5}, "rate"),

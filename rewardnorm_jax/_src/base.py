@@ -18,10 +18,16 @@ Shape = tuple[int, ...]
 
 
 class InitFn(Protocol):
-    def __call__(self, batch_shape: Shape = ()) -> PyTree: ...
+    """Signature of :attr:`RewardTransform.init`."""
+
+    def __call__(self, batch_shape: Shape = ()) -> PyTree:
+        """The initial state for rewards of shape ``batch_shape``."""
+        ...
 
 
 class UpdateFn(Protocol):
+    """Signature of :attr:`RewardTransform.update`."""
+
     def __call__(
         self,
         state: PyTree,
@@ -30,14 +36,22 @@ class UpdateFn(Protocol):
         truncated: jax.typing.ArrayLike = False,
         *,
         active: jax.typing.ArrayLike | None = None,
-    ) -> PyTree: ...
+    ) -> PyTree:
+        """The state advanced by one environment step."""
+        ...
 
 
 class NormalizeFn(Protocol):
-    def __call__(self, state: PyTree, reward: jax.typing.ArrayLike) -> jax.Array: ...
+    """Signature of :attr:`RewardTransform.normalize`."""
+
+    def __call__(self, state: PyTree, reward: jax.typing.ArrayLike) -> jax.Array:
+        """``reward`` transformed with the current state."""
+        ...
 
 
 class StepFn(Protocol):
+    """Signature of :attr:`RewardTransform.step`."""
+
     def __call__(
         self,
         state: PyTree,
@@ -47,7 +61,9 @@ class StepFn(Protocol):
         update_stats: jax.typing.ArrayLike = True,
         *,
         active: jax.typing.ArrayLike | None = None,
-    ) -> tuple[jax.Array, PyTree]: ...
+    ) -> tuple[jax.Array, PyTree]:
+        """``update`` then ``normalize``: the transformed reward and the new state."""
+        ...
 
 
 Config = FrozenDict

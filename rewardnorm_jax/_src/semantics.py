@@ -37,6 +37,7 @@ class Semantics:
     freeze_stops_return: bool = False
 
     def __post_init__(self):
+        """Checks that both reset switches name a known reset."""
         for field in ("reset_before", "reset_after"):
             if getattr(self, field) not in _RESETS:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be one of {_RESETS}.")

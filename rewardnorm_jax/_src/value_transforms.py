@@ -49,7 +49,9 @@ def symlog(x: jax.typing.ArrayLike) -> jax.Array:
 
 
 def symexp(x: jax.typing.ArrayLike) -> jax.Array:
-    r"""Symmetric exponential :math:`\operatorname{sign}(x) (e^{|x|} - 1)`; inverse of :func:`symlog`.
+    r"""Symmetric exponential :math:`\operatorname{sign}(x) (e^{|x|} - 1)`.
+
+    The inverse of :func:`symlog`.
 
     Example:
       >>> round(float(symexp(symlog(-99.0))), 3)

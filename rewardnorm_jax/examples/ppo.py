@@ -80,10 +80,12 @@ class PPOConfig:
 
     @property
     def batch_size(self) -> int:
+        """Environment steps per update: ``num_envs * num_steps``."""
         return self.num_envs * self.num_steps
 
     @property
     def num_updates(self) -> int:
+        """Updates in the run: ``total_steps // batch_size``."""
         return self.total_steps // self.batch_size
 
     def validate(self) -> "PPOConfig":
@@ -160,6 +162,8 @@ class ActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
+        """The policy distribution and the value of ``obs``."""
+
         def mlp(x, out, scale):
             for _ in range(2):
                 x = nn.Dense(self.hidden_size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(
@@ -280,14 +284,18 @@ class Runner:
 
 
 class Metrics(NamedTuple):
-    """Per update: the raw return of each environment's last completed episode, averaged
-    over the environments that have completed one (NaN before any has).
+    """Per update: the mean raw return of the last completed episodes.
+
+    Each environment's last completed episode, averaged over the environments
+    that have completed one (NaN before any has).
     """
 
     episode_return: jax.Array
 
 
 class Transition(NamedTuple):
+    """One environment step of a rollout, as the update consumes it."""
+
     obs: jax.Array
     action: jax.Array
     log_prob: jax.Array
@@ -474,8 +482,8 @@ def make_train(config: PPOConfig, num_updates: int | None = None) -> Callable[..
             key, perm_key = jax.random.split(key)
             perm = jax.random.permutation(perm_key, config.batch_size)
             data = jax.tree.map(
-                lambda x: x.reshape((config.batch_size,) + x.shape[2:])[perm].reshape(
-                    (config.num_minibatches, minibatch_size) + x.shape[2:]
+                lambda x: x.reshape((config.batch_size, *x.shape[2:]))[perm].reshape(
+                    (config.num_minibatches, minibatch_size, *x.shape[2:])
                 ),
                 (samples, advantages, targets),
             )
@@ -553,8 +561,10 @@ def log_every(config: PPOConfig) -> int:
 
 
 def chunk_size(config: PPOConfig) -> int:
-    """Updates per jitted call: the largest divisor of ``num_updates`` that is at most
-    :func:`log_every`, so one compiled chunk covers the run exactly.
+    """Updates per jitted call.
+
+    The largest divisor of ``num_updates`` that is at most :func:`log_every`,
+    so one compiled chunk covers the run exactly.
     """
     return max(d for d in range(1, log_every(config) + 1) if config.num_updates % d == 0)
 
@@ -586,6 +596,8 @@ def _compiled_evaluate(config: PPOConfig, num_seeds: int):
 
 
 class RunResult(NamedTuple):
+    """The runners after training, with per-update metrics and timings."""
+
     runners: Runner
     metrics: Metrics  # arrays of shape (seeds, updates)
     compile_s: float  # 0 when this configuration was compiled before in the process
@@ -675,7 +687,7 @@ def load_checkpoint(directory: str) -> tuple[PPOConfig, Runner]:
     config = PPOConfig(**json.loads(payload["config"])).validate()
     target = _runner_shapes(config, int(payload["num_seeds"]))
     runners = serialization.from_state_dict(target, payload["runners"])
-    for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners)):
+    for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners), strict=True):
         if want.shape != np.shape(got) or want.dtype != np.asarray(got).dtype:
             raise ValueError(
                 f"{path} does not match its config (array {np.shape(got)} "

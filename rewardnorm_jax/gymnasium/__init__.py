@@ -90,7 +90,8 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
         >>> episode_rewards = []
         >>> terminated, truncated = False, False
         >>> while not (terminated or truncated):
-        ...     observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        ...     action = env.action_space.sample()
+        ...     observation, reward, terminated, truncated, info = env.step(action)
         ...     episode_rewards.append(reward)
         ...
         >>> env.close()
@@ -108,7 +109,8 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
         >>> episode_rewards = []
         >>> terminated, truncated = False, False
         >>> while not (terminated or truncated):
-        ...     observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        ...     action = env.action_space.sample()
+        ...     observation, reward, terminated, truncated, info = env.step(action)
         ...     episode_rewards.append(reward)
         ...
         >>> env.close()
@@ -153,7 +155,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
 
     @update_running_mean.setter
     def update_running_mean(self, setting: bool):
-        """Sets the property to freeze/continue the running mean calculation of the reward statistics."""
+        """Sets the property to freeze/continue the running mean of the reward statistics."""
         self._update_running_mean = setting
 
     @property

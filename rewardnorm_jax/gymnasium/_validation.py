@@ -35,8 +35,11 @@ def check_clip_bounds(min_reward, max_reward) -> None:
     """Gymnasium's ``ClipReward`` checks: at least one bound, and min <= max."""
     if min_reward is None and max_reward is None:
         raise InvalidBound("Both `min_reward` and `max_reward` cannot be None")
-    if max_reward is not None and min_reward is not None:
-        if np.any(np.asarray(max_reward) - np.asarray(min_reward) < 0):
-            raise InvalidBound(
-                f"Min reward ({min_reward}) must be smaller than max reward ({max_reward})"
-            )
+    if (
+        max_reward is not None
+        and min_reward is not None
+        and np.any(np.asarray(max_reward) - np.asarray(min_reward) < 0)
+    ):
+        raise InvalidBound(
+            f"Min reward ({min_reward}) must be smaller than max reward ({max_reward})"
+        )

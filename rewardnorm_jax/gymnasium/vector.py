@@ -46,7 +46,8 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
     the statistics, while under SAME_STEP every step is a real one and a new
     episode starts from zero. ``reset`` (with or without ``reset_mask``)
     zeroes the reset environments' returns and marks them active, so the
-    first step after a manual reset is a real one. This is Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward`;
+    first step after a manual reset is a real one. This is Gymnasium 1.4.0's
+    :class:`gymnasium.wrappers.vector.NormalizeReward`;
     under NEXT_STEP it equals 1.3.0's to float64 rounding.
 
     The property ``update_running_mean`` freezes (``False``) or continues
@@ -151,7 +152,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
 
     @update_running_mean.setter
     def update_running_mean(self, setting: bool):
-        """Sets the property to freeze/continue the running mean calculation of the reward statistics."""
+        """Sets the property to freeze/continue the running mean of the reward statistics."""
         self._update_running_mean = setting
 
     def reset(

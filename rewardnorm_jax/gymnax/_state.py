@@ -107,7 +107,7 @@ def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
             f"{name} has structure {given_def}, expected {expected_def} (the "
             "structure of this wrapper's transform state)."
         )
-    for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(given)):
+    for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(given), strict=True):
         if jnp.shape(want) != jnp.shape(got) or jnp.result_type(want) != jnp.result_type(got):
             raise ValueError(
                 f"{name} has a leaf of shape {jnp.shape(got)} and dtype "
