@@ -20,6 +20,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_checkpoint_dir(parser, directory: str) -> None:
+def _check_checkpoint_dir(parser: argparse.ArgumentParser, directory: str) -> None:
     """Exits with status 2 unless ``directory`` is, or can be created as, a writable folder."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         parser.error(f"--checkpoint {directory} is a file; give a directory.")
@@ -104,7 +105,7 @@ def _check_checkpoint_dir(parser, directory: str) -> None:
         parser.error(f"--checkpoint {directory}: cannot write to {existing}.")
 
 
-def _resolve(parser, args):
+def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace):
     """Returns ``(config, runners or None)``; exits with status 2 on bad input."""
     if args.checkpoint is not None and not args.eval_only:
         _check_checkpoint_dir(parser, args.checkpoint)
@@ -150,7 +151,7 @@ def _resolve(parser, args):
         )
     try:
         config = ppo.default_config(env_name)
-        overrides = {"normalize": not args.no_normalize}
+        overrides: dict[str, Any] = {"normalize": not args.no_normalize}
         if args.total_steps is not None:
             overrides["total_steps"] = args.total_steps
         if args.num_envs is not None:

@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import numbers
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -17,8 +17,8 @@ PyTree = Any
 Shape = tuple[int, ...]
 
 
-class InitFn(Protocol):
-    """Signature of :attr:`RewardTransform.init`."""
+class InitFn(Hashable, Protocol):
+    """Signature of :attr:`RewardTransform.init`; hashable, as it keys a cache of state layouts."""
 
     def __call__(self, batch_shape: Shape = ()) -> PyTree:
         """The initial state for rewards of shape ``batch_shape``."""
@@ -114,8 +114,7 @@ def make_config(name: str, **hyperparameters) -> Config:
     return Config({"transform": name, **hyperparameters})
 
 
-@struct.dataclass
-class EmptyState:
+class EmptyState(struct.PyTreeNode):
     """State of a stateless transform."""
 
 

@@ -1,5 +1,7 @@
 """Fail-fast checks of the reward stream, raised from compiled code via checkify."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import struct
@@ -8,8 +10,7 @@ from jax.experimental import checkify
 from rewardnorm_jax._src import base
 
 
-@struct.dataclass
-class CheckFiniteRewardState:
+class CheckFiniteRewardState(struct.PyTreeNode):
     """State of :func:`check_finite_reward`."""
 
     step: jax.Array  # uint32 scalar, number of steps taken (modulo 2^32)
@@ -74,7 +75,8 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
             return reward
         bad = ~jnp.isfinite(reward) & base.as_flag(True if active is None else active, reward.shape)
         first = jnp.unravel_index(jnp.argmax(bad), reward.shape)
-        where, text = {}, ""
+        where: dict[str, Any] = {}  # format arguments of checkify.check
+        text = ""
         if axis_name is not None:  # with an unbatched reward, the participant is the environment
             where["participant"] = jax.lax.axis_index(axis_name)
             text += ", {} {{participant}}".format(

@@ -16,8 +16,7 @@ from rewardnorm_jax._src import semantics as sem_lib
 _SEMANTICS_DEFAULT = object()
 
 
-@struct.dataclass
-class NormalizeRewardState:
+class NormalizeRewardState(struct.PyTreeNode):
     """State of :func:`normalize_reward`."""
 
     stats: rs.RunningStats  # statistics of the discounted return: () shared, else batch_shape

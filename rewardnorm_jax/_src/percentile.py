@@ -26,16 +26,14 @@ from rewardnorm_jax._src import running_stats as rs
 from rewardnorm_jax._src import semantics as sem_lib
 
 
-@struct.dataclass
-class PercentileState:
+class PercentileState(struct.PyTreeNode):
     """Moving averages of a low and a high percentile."""
 
     low: jax.Array  # (), EMA of the low percentile (5th by default)
     high: jax.Array  # (), EMA of the high percentile (95th by default)
 
 
-@struct.dataclass
-class PercentileScaleRewardState:
+class PercentileScaleRewardState(struct.PyTreeNode):
     """State of :func:`percentile_scale_reward`."""
 
     percentiles: PercentileState  # EMAs of the return percentiles, shared by the batch
@@ -151,7 +149,7 @@ def update_percentiles(
     names = () if axis_name is None else axis_name if isinstance(axis_name, tuple) else (axis_name,)
     for name in names:
         values = jax.lax.all_gather(values, name)
-    if values.size:  # an empty batch (size known at trace time) leaves the state as it is
+    if jnp.size(values):  # an empty batch (size known at trace time) leaves the state as it is
         batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
         new = PercentileState(
             low=(1.0 - rate) * state.low + rate * batch[0],

@@ -59,8 +59,7 @@ _MEAN, _MEAN_LOW, _M2, _M2_LOW, _WEIGHT = range(5)
 _HI, _LO = range(2)
 
 
-@struct.dataclass
-class RunningStats:
+class RunningStats(struct.PyTreeNode):
     """Running mean, variance and count; see the module docstring for the layout.
 
     The floats are packed along the last axis of one array and the count

@@ -7,10 +7,13 @@ once (:mod:`rewardnorm_jax._src.normalize`) and parameterised by a
 """
 
 import dataclasses
+from typing import TypeVar
 
 import jax
+import numpy as np
 
 _RESETS = ("never", "terminated", "done")
+_Flag = TypeVar("_Flag", bool, np.ndarray, jax.Array)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +45,12 @@ class Semantics:
             if getattr(self, field) not in _RESETS:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be one of {_RESETS}.")
 
-    def flag(self, which: str, terminated: jax.Array, truncated: jax.Array) -> jax.Array:
-        """The boolean array a reset switch (``reset_before``/``reset_after``) names."""
+    def flag(self, which: str, terminated: _Flag, truncated: _Flag) -> _Flag:
+        """The boolean a reset switch (``reset_before``/``reset_after``) names.
+
+        ``terminated`` and ``truncated`` are Python bools, NumPy arrays or JAX
+        arrays; the result is of the same kind.
+        """
         kind = getattr(self, which)
         if kind == "terminated":
             return terminated

@@ -272,8 +272,7 @@ def _env_step(env: Environment, key, state, action, update_stats):
 # --- Training -------------------------------------------------------------------------
 
 
-@struct.dataclass
-class Runner:
+class Runner(struct.PyTreeNode):
     """Everything a run carries between updates; saved whole in a checkpoint."""
 
     params: Any

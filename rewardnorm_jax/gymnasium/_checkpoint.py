@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from rewardnorm_jax._src import checkpoint
+from rewardnorm_jax.gymnasium._stats import RunningMeanStd
 
 
 class SavesStatistics:
@@ -24,6 +25,9 @@ class SavesStatistics:
     """
 
     _checkpointed: tuple[tuple[str, str], ...] = ()
+    return_rms: RunningMeanStd
+    gamma: float
+    epsilon: float
 
     def state_dict(self) -> dict[str, Any]:
         """The statistics and tracked returns as plain values and NumPy arrays (copies)."""

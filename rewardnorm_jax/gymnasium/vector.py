@@ -161,17 +161,22 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         """Resets the environments and zeroes the returns of those reset."""
         # Gymnasium's vector envs pop "reset_mask" from the options: read it first.
         reset_mask = None if options is None else options.get("reset_mask")
-        result = self.env.reset(seed=seed, options=options)
+        # VectorEnv.reset is annotated seed: int | None, but vector envs take a list too.
+        result = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type, unused-ignore]
         selected = slice(None) if reset_mask is None else np.asarray(reset_mask, dtype=bool)
         self.accumulated_reward[selected] = 0.0
         self._prev_dones[selected] = False
         return result
 
-    def step(self, actions) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    # Gymnasium annotates VectorWrapper.step with type variables its class does not bind.
+    def step(  # type: ignore[override, unused-ignore]
+        self, actions
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = np.asarray(reward, dtype=np.float64)
         finite = np.isfinite(reward)
+        active: bool | np.ndarray
         if self._same_step:
             active, valid = True, finite
         else:
@@ -263,7 +268,8 @@ class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
         VectorRewardWrapper.__init__(self, env)
         self.func = func
 
-    def rewards(self, reward: np.ndarray) -> np.ndarray:
+    # Gymnasium annotates VectorRewardWrapper.rewards with a type variable its class does not bind.
+    def rewards(self, reward: np.ndarray) -> np.ndarray:  # type: ignore[override, unused-ignore]
         """Applies ``func`` to the rewards."""
         return self.func(reward)
 

@@ -10,8 +10,7 @@ from flax import struct
 PyTree = Any
 
 
-@struct.dataclass
-class RewardWrapperState:
+class RewardWrapperState(struct.PyTreeNode):
     """State of :class:`~rewardnorm_jax.gymnax.RewardTransformWrapper`."""
 
     env_state: PyTree  # the wrapped environment's state
@@ -102,7 +101,8 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
 def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
     """Raises a ValueError unless two pytrees agree in structure, shapes and dtypes."""
     expected_def, given_def = jax.tree.structure(expected), jax.tree.structure(given)
-    if expected_def != given_def:
+    # jax annotates tree structures with a PyTreeDef alias that mypy cannot resolve.
+    if expected_def != given_def:  # type: ignore[operator, unused-ignore]
         raise ValueError(
             f"{name} has structure {given_def}, expected {expected_def} (the "
             "structure of this wrapper's transform state)."
@@ -134,7 +134,8 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
         shape or dtype.
     """
     fresh_def, given_def = jax.tree.structure(fresh), jax.tree.structure(stats_from)
-    if fresh_def != given_def:
+    # jax annotates tree structures with a PyTreeDef alias that mypy cannot resolve.
+    if fresh_def != given_def:  # type: ignore[operator, unused-ignore]
         raise ValueError(
             f"stats_from has structure {given_def}, expected {fresh_def} (a "
             "transform state of this wrapper, e.g. get_transform_state(state))."
