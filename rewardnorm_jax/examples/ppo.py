@@ -1,17 +1,21 @@
-r"""Proximal policy optimisation on gymnax environments, with reward normalization.
+r"""Proximal policy optimisation on gymnax environments, with and without reward normalization.
 
 A single-file PPO in the style of PureJaxRL: a Flax actor-critic, an Optax
 optimizer, and the whole training run (rollouts, generalised advantage
 estimation, minibatch epochs) inside one jitted function built from
-``lax.scan``. Several seeds train at once with ``jax.vmap`` over that function.
+``lax.scan``. Many runs train at once with ``jax.vmap`` over that function:
+seeds, and the two arms of the comparison, normalized and raw rewards.
 
-Rewards are scaled by :func:`rewardnorm_jax.normalize_reward` (the running
-standard deviation of the discounted return, Gymnasium's semantics) through
-the gymnax adapter :mod:`rewardnorm_jax.gymnax` before the agent sees them.
-The statistics live in the environment state inside the runner, so they are
-saved with the agent (:func:`save_checkpoint`), and evaluation resets fresh
-environments keeping them and steps with the statistics frozen by a traced
-``update_stats`` flag: it never changes or wipes them.
+Rewards go through :func:`rewardnorm_jax.normalize_reward` (the running
+standard deviation of the discounted return, Gymnasium's semantics) in the
+gymnax adapter :mod:`rewardnorm_jax.gymnax`. Each run carries its arm in the
+adapter's ``update_stats`` flag: a normalized run learns its statistics; a
+raw run keeps them frozen at their prior (variance 1), so its rewards come out
+unchanged (``r / sqrt(1 + 1e-8)`` is ``r`` in float32). Both arms therefore
+share one compiled program and one state layout. The statistics live in the
+environment state inside the runner, so checkpoints hold them
+(:func:`save_checkpoint`), and evaluation resets fresh environments keeping
+them and steps with them frozen: it never changes or wipes them.
 
 Episodes cut by the time limit (``truncated`` but not ``terminated``) are
 bootstrapped with the value of gymnax's ``info["final_observation"]``.
@@ -23,8 +27,9 @@ Example:
   >>> default_config("Pendulum-v1").num_envs
   16
 
-  Training is ``train(config, init_runners(config, seed=0, num_seeds=4))``;
-  ``python -m rewardnorm_jax.demo`` is the command-line front end.
+  ``train(config, init_runners(config, seed=0, num_seeds=8, normalize=(True, False)))``
+  trains 8 seeds of each arm; ``python -m rewardnorm_jax.demo`` is the
+  command-line front end.
 """
 
 import dataclasses
@@ -32,7 +37,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -41,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from flax import serialization, struct
+from flax import struct
 from gymnax.environments import spaces
 from gymnax.wrappers.purerl import LogWrapper
 
@@ -52,8 +57,9 @@ import rewardnorm_jax.gymnax as rngym
 # or Box actions); MNISTBandit-bsuite is left out as it downloads a data set.
 ENV_NAMES = tuple(name for name in gymnax.registered_envs if name != "MNISTBandit-bsuite")
 
-CHECKPOINT_FILE = "checkpoint.msgpack"
-_CHECKPOINT_FORMAT = 1
+CHECKPOINT_FILE = "checkpoint.msgpack"  # rewardnorm_jax.save_state of the stacked runners
+CONFIG_FILE = "config.json"  # the config and number of runs, to build the template
+ARM_LABELS = {True: "normalized", False: "raw"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,7 +80,6 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     hidden_size: int = 64
-    normalize: bool = True  # scale rewards by the running std of the return
     num_eval_envs: int = 32
     log_lines: int = 10  # progress lines per run
 
@@ -127,10 +132,11 @@ class PPOConfig:
 
 # The defaults above are PureJaxRL's CartPole-v1 configuration. For Box actions
 # (Pendulum-v1): more environments, more and smaller minibatch steps, a larger
-# learning rate, a shorter horizon and no entropy bonus.
+# learning rate, a shorter horizon and no entropy bonus; 100 updates, by which
+# normalized runs balance the pendulum.
 PENDULUM = PPOConfig(
     env_name="Pendulum-v1",
-    total_steps=500_000,
+    total_steps=204_800,
     num_envs=16,
     num_steps=128,
     update_epochs=10,
@@ -162,7 +168,7 @@ class ActorCritic(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        """The policy distribution and the value of ``obs``."""
+        """``(policy, value)``: logits, or ``(mean, log_std)`` for Box actions, and values."""
 
         def mlp(x, out, scale):
             for _ in range(2):
@@ -228,14 +234,14 @@ def make_env(config: PPOConfig) -> Environment:
 
     The stack is ``RewardTransformWrapper(VecEnv(LogWrapper(env)), transform)``:
     gymnax's ``LogWrapper`` records raw episode returns, the adapter's
-    ``VecEnv`` maps the environment over the batch, and the transform sees the
-    ``(num_envs,)`` rewards with one set of statistics shared by the batch. The
-    transform is :func:`rewardnorm_jax.normalize_reward` (Gymnasium's
-    semantics), or with ``normalize=False`` the identity ``scale_reward(1.0)``,
-    so both runs share one code path and state layout.
+    ``VecEnv`` maps the environment over the batch, and the transform,
+    :func:`rewardnorm_jax.normalize_reward` (Gymnasium's semantics), sees the
+    ``(num_envs,)`` rewards with one set of statistics shared by the batch.
+    Whether a run normalizes is its state's ``update_stats`` flag (see
+    :func:`init_runner`), so both arms use this one environment.
     """
     base_env, params = gymnax.make(config.env_name)
-    transform = rn.normalize_reward(config.gamma) if config.normalize else rn.scale_reward(1.0)
+    transform = rn.normalize_reward(config.gamma)
     env = rngym.RewardTransformWrapper(rngym.VecEnv(LogWrapper(base_env)), transform)
     action_space = base_env.action_space(params)
     discrete = isinstance(action_space, spaces.Discrete)
@@ -277,23 +283,24 @@ class Runner(struct.PyTreeNode):
 
     params: Any
     opt_state: Any
-    env_state: Any  # RewardWrapperState: environments and the reward transform's state
+    # RewardWrapperState: the environments, the reward transform's state, and
+    # the run's arm as its update_stats flag (False: statistics kept at the prior).
+    env_state: Any
     obs: jax.Array
     key: jax.Array
 
 
 class Metrics(NamedTuple):
-    """Per update: the mean raw return of the last completed episodes.
+    """Per update: the raw return of each environment's last completed episode.
 
-    Each environment's last completed episode, averaged over the environments
-    that have completed one (NaN before any has).
+    Averaged over the environments that have completed one (NaN before any has).
     """
 
     episode_return: jax.Array
 
 
 class Transition(NamedTuple):
-    """One environment step of a rollout, as the update consumes it."""
+    """One step of every environment, as the rollout records it."""
 
     obs: jax.Array
     action: jax.Array
@@ -325,15 +332,26 @@ def _optimizer(config: PPOConfig) -> optax.GradientTransformation:
     )
 
 
-def init_runner(config: PPOConfig, env: Environment, key: jax.Array) -> Runner:
-    """A fresh agent, optimizer, environments and normalizer for one seed."""
+def init_runner(config: PPOConfig, env: Environment, key: jax.Array, normalize=True) -> Runner:
+    """A fresh agent, optimizer, environments and normalizer for one seed.
+
+    Args:
+      config: the hyperparameters.
+      env: ``make_env(config)``.
+      key: the seed's PRNG key.
+      normalize: boolean, may be traced. ``False`` freezes the statistics at
+        their prior (mean 0, variance 1), so the agent sees raw rewards.
+
+    Returns:
+      The runner; ``runner.env_state.update_stats`` holds ``normalize``.
+    """
     key, net_key, env_key = jax.random.split(key, 3)
     obs, env_state = _env_reset(env, env_key, config.num_envs)
     params = _network(config, env).init(net_key, obs)
     return Runner(
         params=params,
         opt_state=_optimizer(config).init(params),
-        env_state=env_state,
+        env_state=rngym.set_update_stats(env_state, normalize),
         obs=obs,
         key=key,
     )
@@ -343,26 +361,54 @@ def init_runner(config: PPOConfig, env: Environment, key: jax.Array) -> Runner:
 def _jitted_init(config: PPOConfig):
     # Environments are built outside the trace: some gymnax constructors branch on arrays.
     env = make_env(config)
-    return jax.jit(lambda key: init_runner(config, env, key))
+    return jax.jit(lambda key, normalize: init_runner(config, env, key, normalize))
 
 
-def init_runners(config: PPOConfig, seed: int, num_seeds: int) -> Runner:
-    """``num_seeds`` independent runners stacked on a leading axis.
+def _arms(normalize: bool | Sequence[bool]) -> tuple[bool, ...]:
+    arms = (normalize,) if isinstance(normalize, (bool, np.bool_)) else tuple(normalize)
+    if not arms or not all(isinstance(arm, (bool, np.bool_)) for arm in arms):
+        raise ValueError(
+            f"normalize should be a bool or a non-empty sequence of bools, got {normalize!r}."
+        )
+    return tuple(bool(arm) for arm in arms)
 
-    Each seed is initialised by its own call. A vmapped initialisation would
-    batch the orthogonal initializers' QR factorizations, which jaxlib's CPU
-    LAPACK kernels split over the intra-op thread pool and wait for; two of
-    them running at once on a two-thread pool deadlock it.
+
+def init_runners(
+    config: PPOConfig, seed: int, num_seeds: int, normalize: bool | Sequence[bool] = True
+) -> Runner:
+    """Independent runners stacked on a leading axis: ``num_seeds`` for each arm.
+
+    Args:
+      config: the hyperparameters.
+      seed: base seed; seed ``i`` of every arm starts from the same key, so
+        the arms start from the same networks and environments.
+      num_seeds: runs per arm.
+      normalize: the arm, or a sequence of arms (``(True, False)`` for the
+        comparison); runs are ordered arm by arm.
+
+    Returns:
+      The stacked runners, ``len(arms) * num_seeds`` of them.
+
+    Raises:
+      ValueError: if ``normalize`` is neither a bool nor a sequence of bools.
     """
-    init = _jitted_init(config)
+    arms = _arms(normalize)
+    init = _jitted_init(config)  # one call per run: a vmapped init deadlocks jaxlib's CPU QR
     keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *(init(key) for key in keys))
+    runs = [init(key, jnp.asarray(arm)) for arm in arms for key in keys]
+    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *runs)
 
 
-def _runner_shapes(config: PPOConfig, num_seeds: int) -> Runner:
-    """Shapes and dtypes of ``init_runners(config, seed, num_seeds)``, without running it."""
-    keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
-    return jax.eval_shape(jax.vmap(_jitted_init(config)), keys)
+def _runner_shapes(config: PPOConfig, num_runs: int) -> Runner:
+    """Shapes and dtypes of ``num_runs`` stacked runners, without running anything."""
+    keys = jax.ShapeDtypeStruct((num_runs, 2), jnp.uint32)
+    flags = jax.ShapeDtypeStruct((num_runs,), jnp.bool_)
+    return jax.eval_shape(jax.vmap(_jitted_init(config)), keys, flags)
+
+
+def normalizes(runners: Runner) -> np.ndarray:
+    """Per run of stacked ``runners``: ``True`` for the normalized arm, ``False`` for raw."""
+    return np.asarray(runners.env_state.update_stats, bool)
 
 
 def norm_state(runner: Runner):
@@ -568,43 +614,72 @@ def chunk_size(config: PPOConfig) -> int:
     return max(d for d in range(1, log_every(config) + 1) if config.num_updates % d == 0)
 
 
-def progress_line(config: PPOConfig, update: int, returns: np.ndarray, rate: float) -> str:
-    """``update u/U | steps s | episode return mean ± std | r steps/s`` over seeds."""
-    finite = returns[np.isfinite(returns)]
-    text = f"{finite.mean():8.2f} ± {finite.std():6.2f}" if finite.size else "     n/a"
+def by_arm(values: np.ndarray, normalized: np.ndarray) -> dict[str, np.ndarray]:
+    """``values`` (runs first) split by arm: ``{"normalized": ..., "raw": ...}``, arms present."""
+    return {
+        label: values[normalized == arm]
+        for arm, label in ARM_LABELS.items()
+        if np.any(normalized == arm)
+    }
+
+
+def mean_std(values: np.ndarray) -> str:
+    """``"mean ± std"`` of the finite ``values`` (``"n/a"`` when none is finite)."""
+    finite = values[np.isfinite(values)]
+    return f"{finite.mean():8.2f} ± {finite.std():6.2f}" if finite.size else f"{'n/a':>17s}"
+
+
+def progress_line(
+    config: PPOConfig, update: int, returns: np.ndarray, normalized: np.ndarray, rate: float
+) -> str:
+    """``update u/U | steps s | normalized m ± s | raw m ± s | r steps/s``.
+
+    Args:
+      config: the run's hyperparameters.
+      update: updates done.
+      returns: the latest episode return of each run.
+      normalized: each run's arm (:func:`normalizes`).
+      rate: environment steps per second over all runs.
+
+    Returns:
+      The line, with the mean ± std over seeds of each arm present.
+    """
+    arms = " | ".join(
+        f"{label} {mean_std(values)}" for label, values in by_arm(returns, normalized).items()
+    )
     return (
         f"update {update:5d}/{config.num_updates} | steps {update * config.batch_size:>10,d} | "
-        f"episode return {text} | {rate:10,.0f} steps/s"
+        f"{arms} | {rate:10,.0f} steps/s"
     )
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_train(config: PPOConfig, num_seeds: int):
-    """``jit(vmap(train))`` of one chunk, compiled once per configuration and number of seeds."""
-    runners = _runner_shapes(config, num_seeds)
+def _compiled_train(config: PPOConfig, num_runs: int):
+    """``jit(vmap(train))`` of one chunk, compiled once per configuration and number of runs."""
+    runners = _runner_shapes(config, num_runs)
     train = make_train(config, chunk_size(config))
     first = jax.ShapeDtypeStruct((), jnp.int32)
     return jax.jit(jax.vmap(train, in_axes=(0, None))).lower(runners, first).compile()
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled_evaluate(config: PPOConfig, num_seeds: int):
-    runners = _runner_shapes(config, num_seeds)
-    keys = jax.ShapeDtypeStruct((num_seeds, 2), jnp.uint32)
+def _compiled_evaluate(config: PPOConfig, num_runs: int):
+    runners = _runner_shapes(config, num_runs)
+    keys = jax.ShapeDtypeStruct((num_runs, 2), jnp.uint32)
     return jax.jit(jax.vmap(make_evaluate(config))).lower(runners, keys).compile()
 
 
 class RunResult(NamedTuple):
-    """The runners after training, with per-update metrics and timings."""
+    """What :func:`train` returns."""
 
     runners: Runner
-    metrics: Metrics  # arrays of shape (seeds, updates)
+    metrics: Metrics  # arrays of shape (runs, updates)
     compile_s: float  # 0 when this configuration was compiled before in the process
     train_s: float
 
 
 def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) -> RunResult:
-    """Trains stacked ``runners`` (one per seed) for ``config.total_steps`` steps each.
+    """Trains stacked ``runners`` (seeds and arms) for ``config.total_steps`` steps each.
 
     The run is one compiled function called chunk after chunk (see
     :func:`chunk_size`), so the host reads the metrics between chunks:
@@ -612,9 +687,10 @@ def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) 
     ``num_updates / log_lines`` updates and after the last. Progress needs no
     host callback inside the compiled loop.
     """
-    num_seeds = int(runners.key.shape[0])
+    num_runs = int(runners.key.shape[0])
+    normalized = normalizes(runners)
     start = time.perf_counter()
-    compiled = _compiled_train(config.validate(), num_seeds)
+    compiled = _compiled_train(config.validate(), num_runs)
     compile_s = time.perf_counter() - start
     chunk, every = chunk_size(config), log_every(config)
     start = time.perf_counter()
@@ -626,47 +702,59 @@ def train(config: PPOConfig, runners: Runner, print_fn: Callable | None = None) 
         crossed = done // every > first // every or done == config.num_updates
         if print_fn is not None and crossed:
             latest = np.asarray(metrics.episode_return[:, -1])  # waits for this chunk
-            rate = done * config.batch_size * num_seeds / max(time.perf_counter() - start, 1e-9)
-            print_fn(progress_line(config, done, latest, rate))
+            rate = done * config.batch_size * num_runs / max(time.perf_counter() - start, 1e-9)
+            print_fn(progress_line(config, done, latest, normalized, rate))
     runners = jax.block_until_ready(runners)
     metrics = Metrics(jnp.concatenate(returns, axis=1))
     return RunResult(runners, metrics, compile_s, time.perf_counter() - start)
 
 
 def evaluate(config: PPOConfig, runners: Runner, seed: int = 0):
-    """Evaluates every seed (see :func:`make_evaluate`).
+    """Evaluates every run (see :func:`make_evaluate`).
+
+    Seed ``i`` of each arm evaluates on the same episodes (the same key).
 
     Returns:
       ``(returns, transform_states)``: raw episode returns of shape
-      ``(seeds, num_eval_envs)`` and the transform states after evaluation,
+      ``(runs, num_eval_envs)`` and the transform states after evaluation,
       whose statistics equal those of ``runners``.
     """
-    num_seeds = int(runners.key.shape[0])
-    keys = jax.random.split(jax.random.PRNGKey(seed), num_seeds)
-    return _compiled_evaluate(config.validate(), num_seeds)(runners, keys)
+    normalized = normalizes(runners)
+    index_in_arm = np.array([np.sum(normalized[:i] == arm) for i, arm in enumerate(normalized)])
+    keys = jax.random.split(jax.random.PRNGKey(seed), index_in_arm.max() + 1)[index_in_arm]
+    return _compiled_evaluate(config.validate(), normalized.size)(runners, keys)
 
 
 # --- Checkpoints ----------------------------------------------------------------------
 
 
-def save_checkpoint(directory: str, config: PPOConfig, runners: Runner) -> str:
-    """Writes agent, optimizer, environments and normalizer state to ``directory``.
+def _metadata(config: PPOConfig, num_runs: int) -> dict[str, Any]:
+    return {**dataclasses.asdict(config), "num_runs": num_runs}
 
-    One msgpack file (``flax.serialization``) holding the config as JSON and the
-    stacked runner state; written to a temporary file and renamed, so an
-    interrupted save never leaves a torn checkpoint.
+
+def _write_atomically(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def save_checkpoint(directory: str, config: PPOConfig, runners: Runner) -> str:
+    """Writes agents, optimizers, environments and normalizer states to ``directory``.
+
+    ``checkpoint.msgpack`` is :func:`rewardnorm_jax.save_state` of the stacked
+    runners with the config and the number of runs as metadata;
+    ``config.json`` repeats them in readable form, so that
+    :func:`load_checkpoint` can build the template. Each file is written to a
+    temporary name and renamed, so an interrupted save never leaves a torn file.
+
+    Returns:
+      The path of ``checkpoint.msgpack``.
     """
     os.makedirs(directory, exist_ok=True)
-    payload = {
-        "format": _CHECKPOINT_FORMAT,
-        "config": json.dumps(dataclasses.asdict(config)),
-        "num_seeds": int(runners.key.shape[0]),
-        "runners": serialization.to_state_dict(jax.device_get(runners)),
-    }
+    metadata = _metadata(config, int(runners.key.shape[0]))
     path = os.path.join(directory, CHECKPOINT_FILE)
-    with open(path + ".tmp", "wb") as f:
-        f.write(serialization.msgpack_serialize(payload))
-    os.replace(path + ".tmp", path)
+    _write_atomically(os.path.join(directory, CONFIG_FILE), json.dumps(metadata).encode())
+    _write_atomically(path, rn.save_state(jax.device_get(runners), metadata))
     return path
 
 
@@ -675,21 +763,18 @@ def load_checkpoint(directory: str) -> tuple[PPOConfig, Runner]:
 
     Raises:
       FileNotFoundError: if ``directory`` holds no checkpoint.
-      ValueError: if the file is not a checkpoint of this format or its arrays
-        do not match the shapes its config implies.
+      ValueError: if a file is corrupt, or the state's layout or metadata
+        differs from what ``config.json`` describes (the message lists each
+        difference).
     """
-    path = os.path.join(directory, CHECKPOINT_FILE)
-    with open(path, "rb") as f:
-        payload = serialization.msgpack_restore(f.read())
-    if not isinstance(payload, dict) or payload.get("format") != _CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a checkpoint of format {_CHECKPOINT_FORMAT}.")
-    config = PPOConfig(**json.loads(payload["config"])).validate()
-    target = _runner_shapes(config, int(payload["num_seeds"]))
-    runners = serialization.from_state_dict(target, payload["runners"])
-    for want, got in zip(jax.tree.leaves(target), jax.tree.leaves(runners), strict=True):
-        if want.shape != np.shape(got) or want.dtype != np.asarray(got).dtype:
-            raise ValueError(
-                f"{path} does not match its config (array {np.shape(got)} "
-                f"{np.asarray(got).dtype}, expected {want.shape} {want.dtype})."
-            )
-    return config, jax.tree.map(jnp.asarray, runners)
+    with open(os.path.join(directory, CONFIG_FILE)) as f:
+        metadata = json.load(f)
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("num_runs"), int):
+        raise ValueError(f"{CONFIG_FILE} in {directory} holds no config and number of runs.")
+    fields = {field.name for field in dataclasses.fields(PPOConfig)}
+    config = PPOConfig(**{k: v for k, v in metadata.items() if k in fields}).validate()
+    shapes = _runner_shapes(config, metadata["num_runs"])
+    template = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    with open(os.path.join(directory, CHECKPOINT_FILE), "rb") as f:
+        data = f.read()
+    return config, rn.load_state(template, data, _metadata(config, metadata["num_runs"]))
