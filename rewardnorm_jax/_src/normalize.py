@@ -154,13 +154,13 @@ def normalize_reward(
     :math:`d^{before}` / :math:`d^{after}`, the clip and the meaning of a
     freeze come from ``semantics``:
 
-    ============  ==============  ================  ====  ================
-    semantics     d before        d after           clip  freeze stops G
-    ============  ==============  ================  ====  ================
-    gymnasium     terminated      never             none  no
-    sb3           never           term. or trunc.   10    yes
-    purejaxrl     term. or trunc. never             none  no
-    ============  ==============  ================  ====  ================
+    ============  ================  ================  ====  ================
+    semantics     d before          d after           clip  freeze stops G
+    ============  ================  ================  ====  ================
+    gymnasium     terminated        never             none  no
+    sb3           never             term. or trunc.   10    yes
+    purejaxrl     term. or trunc.   never             none  no
+    ============  ================  ================  ====  ================
 
     Defaults follow Gymnasium's ``NormalizeReward`` (1.4.0). The discounted
     return is never reset by ``init`` after the fact: keep the state across
