@@ -33,12 +33,15 @@ from pathlib import Path
 import _multidevice_worker as worker
 import numpy as np
 import pytest
+from _extras import missing_reason
 
 WORKER = Path(__file__).with_name("_multidevice_worker.py")
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 MODES = ("vmap", "pmap", "shard_map", "sharded_jit")
 EXTRA_MODES = ("vmap_per_env_shared_stats", "pmap_of_vmap_tuple_axes", "shard_map_2x4_tuple_axes")
 TIMEOUT_S = 300
+GYMNAX = "rewardnorm_jax.gymnax"
+GYMNAX_SECTION = ["gymnax"] if missing_reason([GYMNAX]) is None else []
 
 
 def _free_port() -> int:
@@ -79,7 +82,7 @@ def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
         _start("matrix", "float32", devices=8),
-        _start("matrix", "float64", "gymnax", "large_batch", devices=8),
+        _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", devices=8),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
     try:
@@ -139,6 +142,7 @@ def test_tuple_axis_names_and_per_env_vmap_match_single_device(runs, mode, dtype
         assert row["participants"] == expected_participants.get(mode, 1)
 
 
+@pytest.mark.requires(GYMNAX)
 def test_gymnax_adapter_shares_statistics_under_shard_map(runs):
     # NormalizeReward(VecEnv(CartPole), semantics="purejaxrl", axis_name="device"),
     # reset and stepped in a lax.scan inside shard_map over 8 devices (2 envs each),

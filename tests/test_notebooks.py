@@ -14,9 +14,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 import pytest
+from _extras import imported_modules, missing_reason
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def imports(path: pathlib.Path) -> list[str]:
+    """The modules that a notebook's code cells import."""
+    cells = nbformat.read(path, as_version=4).cells
+    return imported_modules("\n".join(cell.source for cell in cells if cell.cell_type == "code"))
+
+
+IMPORTS = {path: imports(path) for path in NOTEBOOKS}
 
 
 def execute(path: pathlib.Path):
@@ -39,7 +49,11 @@ def executions():
         flags = os.environ.get("XLA_FLAGS", "")
         patch.setenv("XLA_FLAGS", f"{flags} --xla_backend_optimization_level=0".strip())
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = {path: pool.submit(execute, path) for path in NOTEBOOKS}
+            futures = {
+                path: pool.submit(execute, path)
+                for path in NOTEBOOKS
+                if missing_reason(IMPORTS[path]) is None
+            }
             yield futures
 
 
@@ -49,7 +63,13 @@ def test_notebooks_exist():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[path.stem for path in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(path, marks=pytest.mark.requires(*IMPORTS[path]), id=path.stem)
+        for path in NOTEBOOKS
+    ],
+)
 def test_notebook_executes(path, executions):
     notebook = executions[path].result()
     errors = [

@@ -41,17 +41,21 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import flax.linen as nn
-import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import struct
-from gymnax.environments import spaces
-from gymnax.wrappers.purerl import LogWrapper
 
 import rewardnorm_jax as rn
-import rewardnorm_jax.gymnax as rngym
+from rewardnorm_jax._src.extras import requires
+
+with requires("demo", __name__):
+    import gymnax
+    import optax
+    from gymnax.environments import spaces
+    from gymnax.wrappers.purerl import LogWrapper
+
+    import rewardnorm_jax.gymnax as rngym
 
 # gymnax environments this PPO runs (an MLP on flattened observations, Discrete
 # or Box actions); MNISTBandit-bsuite is left out as it downloads a data set.

@@ -19,8 +19,12 @@ import math
 from collections.abc import Callable
 from typing import Any, SupportsFloat
 
-import gymnasium as gym
 import numpy as np
+
+from rewardnorm_jax._src.extras import requires
+
+with requires("gymnasium", __name__):
+    import gymnasium as gym
 
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib

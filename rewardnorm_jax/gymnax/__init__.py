@@ -35,19 +35,22 @@ Shared statistics over a batch of N environments, two ways:
 Only this subpackage imports gymnax; the top-level package exports none of it.
 """
 
-from rewardnorm_jax.gymnax._state import (
-    RewardWrapperState,
-    get_transform_state,
-    set_transform_state,
-    set_update_stats,
-)
-from rewardnorm_jax.gymnax._vec_env import VecEnv
-from rewardnorm_jax.gymnax._wrapper import (
-    ClipReward,
-    NormalizeReward,
-    RewardTransformWrapper,
-    TransformReward,
-)
+from rewardnorm_jax._src.extras import requires
+
+with requires("gymnax", __name__):
+    from rewardnorm_jax.gymnax._state import (
+        RewardWrapperState,
+        get_transform_state,
+        set_transform_state,
+        set_update_stats,
+    )
+    from rewardnorm_jax.gymnax._vec_env import VecEnv
+    from rewardnorm_jax.gymnax._wrapper import (
+        ClipReward,
+        NormalizeReward,
+        RewardTransformWrapper,
+        TransformReward,
+    )
 
 __all__ = [
     "ClipReward",

@@ -1,0 +1,114 @@
+"""The test environments; ``nox`` runs every session (the README's test command, and CI).
+
+* ``lint``: ruff format --check, ruff check, mypy.
+* ``full``: every extra, at the oldest supported Python, JAX and Gymnasium
+  (gymnax, which needs JAX < 0.12 and Gymnasium < 1.4); the whole suite.
+* ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax; the
+  whole suite (tests that need gymnax skip, naming the extra), including the
+  side by side comparison with Gymnasium 1.4's own wrappers.
+* ``wheel``: builds the wheel and the sdist, checks them with twine, installs
+  the wheel into a clean environment and runs the README's examples from it.
+* ``docs``: builds the documentation site, warnings as errors, and runs its examples.
+
+Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
+"""
+
+import glob
+import os
+import pathlib
+import re
+import shutil
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.error_on_missing_interpreters = True  # a session must not vanish silently
+
+ROOT = pathlib.Path(__file__).parent
+PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
+OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
+PYTEST = ("pytest", "-q", "-rs")  # -rs: each skipped test with its reason
+
+
+def lowest(name: str) -> str:
+    """``name`` pinned to its lower bound in the project's requirements (``jax>=0.10``)."""
+    requirements = PROJECT["project"]["dependencies"] + [
+        line for lines in PROJECT["project"]["optional-dependencies"].values() for line in lines
+    ]
+    for requirement in requirements:
+        match = re.fullmatch(rf"{re.escape(name)}>=([\w.]+)", requirement.split(";")[0].strip())
+        if match:
+            return f"{name}=={match[1]}"
+    raise ValueError(f"pyproject.toml has no requirement {name}>=<version>")
+
+
+def find_pyenv_pythons() -> None:
+    """Lets uv find every Python that pyenv installed (pyenv's shims run only the selected one)."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin")))
+    os.environ["PATH"] = os.pathsep.join([os.environ["PATH"], *found])
+
+
+find_pyenv_pythons()
+
+
+@nox.session(python=OLDEST)
+def lint(session: nox.Session) -> None:
+    """Formatting (ruff format --check), lint (ruff check), types (mypy; every extra installed)."""
+    session.install("-e", ".[all,dev]")
+    session.run("ruff", "format", "--check", ".")
+    session.run("ruff", "check", ".")
+    session.run("mypy")
+
+
+@nox.session(python=OLDEST)
+def full(session: nox.Session) -> None:
+    """Every extra, at the lowest supported JAX and Gymnasium; the whole suite."""
+    session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
+    session.run(*PYTEST, *session.posargs)
+
+
+@nox.session(python=NEWEST)
+def newest(session: nox.Session) -> None:
+    """The newest JAX, Flax and Gymnasium, without gymnax; the whole suite."""
+    session.install("-e", ".[gymnasium,dev]", "jax>=0.12", "gymnasium>=1.4")
+    session.run(*PYTEST, *session.posargs)
+
+
+@nox.session(python=OLDEST)
+def wheel(session: nox.Session) -> None:
+    """Builds, checks, and runs the README's examples from the wheel in a clean environment."""
+    session.install("build[uv]", "twine")
+    dist = pathlib.Path(session.create_tmp()).resolve() / "dist"
+    shutil.rmtree(dist, ignore_errors=True)  # only this run's files
+    session.run("python", "-m", "build", "--installer", "uv", "--outdir", str(dist), ".")
+    built = sorted(str(path) for path in dist.iterdir())
+    session.run("twine", "check", "--strict", *built)
+    (wheel_file,) = dist.glob("*.whl")
+    clean = dist.parent / "clean"
+    session.run("uv", "venv", "-q", "--python", OLDEST, str(clean), external=True)
+    python = str(clean / "bin" / "python")
+    session.run(
+        "uv", "pip", "install", "-q", "--python", python, f"{wheel_file}[gymnasium]", external=True
+    )
+    # From outside the checkout, so that only the installed wheel can be imported.
+    session.chdir(dist.parent)
+    session.run(python, str(ROOT / "tests" / "readme_examples.py"), external=True)
+
+
+@nox.session(python=OLDEST)
+def docs(session: nox.Session) -> None:
+    """The documentation site, warnings as errors, and the examples on its pages."""
+    session.install("-e", ".[docs]")
+    for builder in ("html", "doctest"):
+        session.run(
+            "sphinx-build",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-b",
+            builder,
+            "docs",
+            f"docs/_build/{builder}",
+        )

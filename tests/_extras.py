@@ -1,0 +1,53 @@
+"""Which optional dependencies a test file needs, and the skip reason where one is missing.
+
+A file needs a module when it imports it at the top (read with ``ast``,
+without importing the file). Two kinds of modules can be missing on purpose:
+a framework that an extra of ``rewardnorm-jax`` installs (``OPTIONAL``), and a
+``rewardnorm_jax`` subpackage whose import raises ``MissingExtraError`` (the
+adapters and the examples). Anything else missing is a real error and is left
+to fail.
+"""
+
+import ast
+import importlib
+import importlib.util
+from collections.abc import Iterable
+
+from rewardnorm_jax._src.extras import MissingExtraError
+
+# Modules the tests, notebooks and benchmarks import from an extra: name -> extra.
+OPTIONAL = {
+    "gymnax": "gymnax",
+    "six": "gymnax",
+    "gymnasium": "gymnasium",
+    "optax": "demo",
+    "matplotlib": "demo",
+}
+
+
+def imported_modules(source: str) -> list[str]:
+    """Modules that the top level of ``source`` imports (``from a import b`` gives a and a.b)."""
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return names
+
+
+def missing_reason(modules: Iterable[str]) -> str | None:
+    """Why a file that imports ``modules`` cannot run here, or None if it can."""
+    for name in modules:
+        top = name.partition(".")[0]
+        if top in OPTIONAL and importlib.util.find_spec(top) is None:
+            extra = OPTIONAL[top]
+            return f'needs {top}, which is not installed: pip install "rewardnorm-jax[{extra}]"'
+        if top == "rewardnorm_jax":
+            try:
+                importlib.import_module(name)
+            except MissingExtraError as error:
+                return str(error)
+            except ImportError:  # a name inside a module, not a module
+                pass
+    return None
