@@ -150,7 +150,10 @@ def update_percentiles(
     for name in names:
         values = jax.lax.all_gather(values, name)
     if jnp.size(values):  # an empty batch (size known at trace time) leaves the state as it is
-        batch = jnp.nanpercentile(values, jnp.asarray([low, high], dtype))
+        # Quantiles of fractions divided on the host: jnp.nanpercentile divides by 100 in
+        # the values' dtype, which costs float32 up to 3e-5 (JAX 0.10) or 2e-6 (JAX 0.12)
+        # of the value range; this stays within 1.3e-6 of float64 percentiles on either.
+        batch = jnp.nanquantile(values, jnp.asarray([low / 100, high / 100], dtype))
         new = PercentileState(
             low=(1.0 - rate) * state.low + rate * batch[0],
             high=(1.0 - rate) * state.high + rate * batch[1],
