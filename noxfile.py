@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).parent
 PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
 OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
-PYTEST = ("pytest", "-q", "-rs")  # -rs: each skipped test with its reason
+PYTEST = ("pytest", "-q", "-rs", "--durations=10")  # -rs: each skip with its reason
 
 
 def lowest(name: str) -> str:
