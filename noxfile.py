@@ -28,7 +28,17 @@ ROOT = pathlib.Path(__file__).parent
 PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
 OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
-PYTEST = ("pytest", "-q", "-rs", "--durations=10")  # -rs: each skip with its reason
+# -rs: each skip with its reason; -n: one worker per core (at most 4), a file per worker.
+PYTEST = (
+    "pytest",
+    "-q",
+    "-rs",
+    "--durations=10",
+    "-n",
+    "auto",
+    "--maxprocesses=4",
+    "--dist=loadfile",
+)
 
 
 def lowest(name: str) -> str:
