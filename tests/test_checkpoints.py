@@ -357,3 +357,51 @@ def test_version_1_checkpoints_are_migrated_bit_for_bit(name):
     # The migrated state steps on, and saves in the current format.
     _, state = transform.step(state, jnp.ones(4))
     assert_bit_identical(rn.load_state(transform.init((4,)), rn.save_state(state)), state)
+
+
+def crafted(record_changes):
+    """A checkpoint with a valid checksum whose record is changed as given."""
+    good = rn.save_state(stepped(rn.normalize_reward()))
+    record = serialization.msgpack_restore(serialization.msgpack_restore(good)["body"])
+    body = serialization.msgpack_serialize({**record, **record_changes})
+    return serialization.msgpack_serialize(
+        {"format": "rewardnorm_jax.state", "crc32": zlib.crc32(body), "body": body}
+    )
+
+
+@pytest.mark.parametrize("version", [True, 2.0, "2", 3])
+def test_only_the_integer_format_version_is_read(version):
+    with pytest.raises(ValueError, match=f"format version {version!r} is not supported"):
+        rn.load_state(rn.normalize_reward().init((4,)), crafted({"version": version}))
+
+
+def test_metadata_with_nan_loads_back_and_bools_are_not_numbers():
+    state = stepped(rn.normalize_reward())
+    data = rn.save_state(state, {"target": float("nan"), "flag": True})
+    loaded = rn.load_state(state, data, {"target": float("nan"), "flag": True})
+    assert_bit_identical(loaded, state)
+    with pytest.raises(ValueError, match="metadata 'flag': checkpoint has True, expected 1"):
+        rn.load_state(state, data, {"target": float("nan"), "flag": 1})
+
+
+@pytest.mark.parametrize(
+    ("transform", "field", "value", "message"),
+    [
+        (rn.normalize_reward(), "mean", float("nan"), r"state.stats.mean holds nan"),
+        (rn.normalize_reward(), "m2", -1.0, r"state.stats.m2 holds -1.0"),
+        (rn.normalize_reward(), "m2_low", float("inf"), r"state.stats.m2_low holds inf"),
+        (rn.normalize_reward(decay=0.9), "weight", 0.0, r"state.stats.weight holds 0.0"),
+        (rn.normalize_reward(decay=0.9), "weight", float("nan"), r"state.stats.weight holds nan"),
+    ],
+)
+def test_crafted_statistics_with_a_valid_checksum_are_refused(transform, field, value, message):
+    def with_quantity(state, field, value):
+        position = ("mean", "mean_low", "m2", "m2_low", "weight").index(field)
+        moments = state.stats.moments.at[..., position].set(value)
+        return state.replace(stats=state.stats.replace(moments=moments))
+
+    state = stepped(transform)
+    with pytest.raises(ValueError, match=message):
+        rn.load_state(state, rn.save_state(with_quantity(state, field, value)))
+    saturated = with_quantity(state, "m2", jnp.inf)  # a saturated M is a state updates reach
+    assert_bit_identical(rn.load_state(state, rn.save_state(saturated)), saturated)

@@ -207,7 +207,7 @@ def test_statistics_state_round_trips_bit_exactly():
         if any(env.step(env.action_space.sample())[2:4]):
             env.reset()
     state = env.return_rms.get_state()
-    assert set(state) == {"mean", "m2", "samples"}
+    assert set(state) == {"mean", "mean_low", "m2", "m2_low", "samples"}
     assert state["samples"] == 200
 
     restored = NormalizeReward(gym.make("CartPole-v1"))
@@ -323,48 +323,217 @@ def test_transform_and_clip_reward_errors():
         TransformReward(ScriptedEnv([]), 3.0)
 
 
-def test_host_namespaces_evaluate_the_formulas_as_numpy_does():
-    from rewardnorm_jax._src import formulas
-    from rewardnorm_jax.gymnasium import _namespaces as ns
+def scripted_stream(steps, seed):
+    """Rewards with NaN, inf and integer entries, terminations and truncations."""
+    rng = np.random.default_rng(seed)
+    rewards = [float(r) for r in rng.normal(2.0, 3.0, steps)]
+    rewards[7], rewards[20] = math.nan, -math.inf
+    return [(r, bool(rng.random() < 0.1), bool(rng.random() < 0.05)) for r in rewards]
 
-    rng = np.random.default_rng(2)
-    reward = np.array([0.5, -3.0, math.nan, 2.0, math.inf, -0.25, 1.0, 7.0, -1.5])
-    ret = rng.normal(size=9).astype(np.float32)
-    terminated = rng.random(9) < 0.3
-    active = rng.random(9) < 0.8
-    valid = active & np.isfinite(reward)
-    for clip in (None, 1.0):
-        expected = formulas.scale_by_std(np, reward, 0.3, 1e-8, clip, ~np.isfinite(reward))
-        np.testing.assert_array_equal(
-            formulas.scale_by_std(ns.numpy, reward, 0.3, 1e-8, clip, ~np.isfinite(reward)), expected
+
+def test_single_env_runs_the_jax_cores_code_bit_for_bit():
+    """The wrapper and the jitted core (float64 under x64) agree to float64 rounding.
+
+    XLA contracts a multiply-add into one FMA and divides by a square root through
+    its reciprocal, where the host rounds each operation as Gymnasium does; the
+    sample counts agree exactly.
+    """
+    script = scripted_stream(300, seed=4)
+    freeze = set(range(100, 130))
+    env = NormalizeReward(ScriptedEnv(script), gamma=0.95, epsilon=1e-6)
+    env.reset()
+    wrapper_rewards = []
+    for t in range(len(script)):
+        env.update_running_mean = t not in freeze
+        wrapper_rewards.append(env.step(0)[1])
+    with jax.enable_x64(True):
+        norm = rn.normalize_reward(gamma=0.95, epsilon=1e-6, dtype=np.float64)
+        step = jax.jit(norm.step)
+        state = norm.init()
+        core_rewards = []
+        for t, (reward, terminated, truncated) in enumerate(script):
+            scaled, state = step(state, reward, terminated, truncated, t not in freeze)
+            core_rewards.append(float(scaled))
+        core_stats = jax.tree.map(np.asarray, state.stats)
+    np.testing.assert_allclose(env.discounted_reward[0], state.ret, rtol=RTOL)
+    host = env.return_rms.stats
+    for name in ("count_hi", "count_lo"):
+        np.testing.assert_array_equal(getattr(host, name), getattr(core_stats, name))
+    for name in ("mean", "m2"):
+        np.testing.assert_allclose(
+            getattr(host, name) + getattr(host, name + "_low"),
+            getattr(core_stats, name) + getattr(core_stats, name + "_low"),
+            rtol=RTOL,
         )
-        scalar = [
-            formulas.scale_by_std(ns.scalar, float(r), 0.3, 1e-8, clip, not math.isfinite(r))
-            for r in reward
-        ]
-        np.testing.assert_array_equal(scalar, expected)
-    expected = formulas.discounted_return(np, ret, reward, 0.9, terminated, valid, active)
-    np.testing.assert_array_equal(
-        formulas.discounted_return(ns.numpy, ret, reward, 0.9, terminated, valid, active), expected
+    np.testing.assert_allclose(wrapper_rewards, core_rewards, rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_numpy_scalar_hyperparameters_compute_as_python_floats(dtype):
+    script = scripted_stream(200, seed=5)
+    outputs = {}
+    for kind in ("numpy", "python"):
+        gamma, epsilon = dtype(0.99), dtype(1e-3)
+        if kind == "python":
+            gamma, epsilon = float(gamma), float(epsilon)
+        env = NormalizeReward(ScriptedEnv(script), gamma=gamma, epsilon=epsilon)
+        env.reset()
+        outputs[kind] = [env.step(0)[1] for _ in script]
+        assert env.discounted_reward.dtype == np.float64
+        assert type(env.gamma) is float and type(env.epsilon) is float
+        outputs[kind].append(env.return_rms.get_state())
+    assert all(type(r) is np.float64 for r in outputs["numpy"][:-1])
+    np.testing.assert_array_equal(outputs["numpy"][:-1], outputs["python"][:-1])
+    assert outputs["numpy"][-1] == outputs["python"][-1]
+
+
+def test_float32_gamma_matches_gymnasium_to_float64_rounding():
+    theirs = gym_wrappers.NormalizeReward(gym.make("CartPole-v1"), gamma=float(np.float32(0.99)))
+    ours = NormalizeReward(gym.make("CartPole-v1"), gamma=np.float32(0.99))
+    rewards = {}
+    for env in (theirs, ours):
+        env.reset(seed=1)
+        env.action_space.seed(1)
+        rewards[env] = []
+        for _ in range(300):
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            rewards[env].append(reward)
+            if terminated or truncated:
+                env.reset()
+    np.testing.assert_allclose(rewards[ours], rewards[theirs], rtol=RTOL, atol=0)
+
+
+def test_in_place_writes_to_discounted_reward_take_effect():
+    results = {}
+    for cls in (gym_wrappers.NormalizeReward, NormalizeReward):
+        env = cls(gym.make("CartPole-v1"))
+        env.reset(seed=0)
+        for t in range(5):
+            env.step(t % 2)
+        env.discounted_reward[:] = 0
+        env.step(0)
+        results[cls] = env.discounted_reward[0]
+    assert results[NormalizeReward] == results[gym_wrappers.NormalizeReward] == 1.0
+    env = NormalizeReward(gym.make("CartPole-v1"))
+    env.discounted_reward = 2.5  # assignment copies into the wrapper's array
+    assert env.discounted_reward.tolist() == [2.5] and env.discounted_reward.dtype == np.float64
+    with pytest.raises(ValueError, match="discounted_reward should hold finite returns"):
+        env.discounted_reward = math.nan
+    with pytest.raises(ValueError, match=r"discounted_reward should be .* shape \(1,\)"):
+        env.discounted_reward = [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    "samples", [2**64, 2.0**64, 1e30, -1, 2.5, None, True, "3", math.nan, math.inf]
+)
+def test_set_state_rejects_counts_the_statistics_cannot_hold(samples):
+    state = {"mean": 0.0, "m2": 1.0, "samples": samples}
+    with pytest.raises(ValueError, match="samples should be"):
+        RunningMeanStd.from_state(state)
+
+
+def test_set_state_accepts_the_largest_count_and_converts_it():
+    rms = RunningMeanStd.from_state({"mean": 1.0, "m2": 2.0, "samples": 2**64 - 1})
+    stats = rms.to_running_stats(np.float32)
+    assert int(rn.count_as_int(stats)) == 2**64 - 1
+    with pytest.raises(ValueError, match="exceed 2\\*\\*64 - 1"):
+        rms.update_from_moments(0.0, 0.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("mean", math.nan, "mean holds nan"),
+        ("mean", math.inf, "mean holds inf"),
+        ("m2", -1.0, "m2 holds -1.0"),
+        ("m2", math.nan, "m2 holds nan"),
+        ("m2_low", math.inf, "m2_low holds inf"),
+        ("mean", None, "mean should be a real number"),
+        ("m2", "1", "m2 should be a real number"),
+    ],
+)
+def test_set_state_rejects_statistics_no_merge_produces(field, value, message):
+    state = {"mean": 0.0, "m2": 1.0, "samples": 3, field: value}
+    with pytest.raises(ValueError, match=message):
+        RunningMeanStd.from_state(state)
+    with pytest.raises(ValueError, match="state should be a mapping"):
+        RunningMeanStd.from_state([0.0, 1.0, 3])
+
+
+def test_gymnasium_attributes_are_assignable_as_in_gymnasium():
+    rms, theirs = RunningMeanStd(), GymRunningMeanStd(shape=())
+    for stats in (rms, theirs):
+        stats.update(np.array([1.0, 4.0, 2.0]))
+        stats.mean, stats.var, stats.count = 0.5, 2.0, 10.0001
+        stats.update(np.array([3.0, -1.0]))
+    np.testing.assert_allclose(
+        [rms.mean, rms.var, rms.count], [theirs.mean, theirs.var, theirs.count], rtol=RTOL
     )
-    expected = formulas.discounted_return(
-        np, ret.astype(np.float64), reward, 0.9, terminated, valid, active
-    )  # Python floats are float64
-    scalar = [
-        formulas.discounted_return(ns.scalar, float(g), float(r), 0.9, te, va, ac)
-        for g, r, te, va, ac in zip(ret, reward, terminated, valid, active, strict=True)
-    ]
-    np.testing.assert_array_equal(scalar, expected)
-    for got in (
-        formulas.batch_moments(ns.numpy, ret[valid], True, ns.sum_all),
-        formulas.batch_moments(np, ret[valid], np.ones(valid.sum(), bool), np.sum),
-    ):
-        assert [v.dtype for v in got] == [np.float32] * 3
-        np.testing.assert_array_equal(got[1:], (np.mean(ret[valid]), np.var(ret[valid])))
-    assert formulas.batch_moments(ns.scalar, 2.5, True, ns.identity) == (1.0, 2.5, 0.0)
-    assert ns.scalar.maximum(1.0, math.nan) != ns.scalar.maximum(1.0, math.nan)  # NaN propagates
-    assert math.isnan(ns.scalar.minimum(math.nan, 1.0))
-    assert ns.numpy.minimum(2.0, 1.0) == 1.0
+    assert rms.samples == 12
+    for name, value in (("mean", math.nan), ("var", -1.0), ("count", 2.5), ("count", -1.0)):
+        with pytest.raises(ValueError, match=name):
+            setattr(rms, name, value)
+    assert rms.samples == 12  # a refused assignment changes nothing
+
+
+def test_save_and_load_with_gymnasiums_own_statistics_object(tmp_path):
+    env = NormalizeReward(gym.make("CartPole-v1"))
+    env.return_rms = GymRunningMeanStd(shape=())
+    env.reset(seed=0)
+    for t in range(20):
+        env.step(t % 2)
+    env.save(tmp_path / "stats.msgpack")
+    for restored_rms in (RunningMeanStd(), GymRunningMeanStd(shape=())):
+        restored = NormalizeReward(gym.make("CartPole-v1"))
+        restored.return_rms = restored_rms
+        restored.load(tmp_path / "stats.msgpack")
+        np.testing.assert_allclose(restored.return_rms.mean, env.return_rms.mean, rtol=RTOL)
+        np.testing.assert_allclose(restored.return_rms.var, env.return_rms.var, rtol=RTOL)
+        np.testing.assert_allclose(restored.return_rms.count, env.return_rms.count, rtol=1e-15)
+        assert restored.discounted_reward[0] == env.discounted_reward[0]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("mean", math.nan, r"state\['return_rms'\].mean holds nan"),
+        ("m2", -1.0, r"state\['return_rms'\].m2 holds -1.0"),
+        ("mean_low", math.inf, "mean_low holds inf"),
+    ],
+)
+def test_load_refuses_crafted_statistics_with_a_valid_checksum(tmp_path, field, value, message):
+    env = NormalizeReward(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    env.step(0)
+    state = env.state_dict()
+    state["return_rms"] = state["return_rms"].replace(**{field: np.array(value)})
+    data = rn.save_state(state, env._checkpoint_metadata())
+    (tmp_path / "crafted").write_bytes(data)
+    fresh = NormalizeReward(gym.make("CartPole-v1"))
+    before = fresh.return_rms.get_state()
+    with pytest.raises(ValueError, match=message):
+        fresh.load(tmp_path / "crafted")
+    assert fresh.return_rms.get_state() == before
+
+
+def test_load_refuses_a_non_finite_tracked_return(tmp_path):
+    env = NormalizeReward(gym.make("CartPole-v1"))
+    state = env.state_dict()
+    state["discounted_reward"] = np.array([math.inf])
+    (tmp_path / "crafted").write_bytes(rn.save_state(state, env._checkpoint_metadata()))
+    with pytest.raises(ValueError, match="discounted_reward should hold finite returns"):
+        env.load(tmp_path / "crafted")
+
+
+@pytest.mark.parametrize(("name", "value"), [("gamma", 1.5), ("gamma", -0.1), ("epsilon", 0.0)])
+def test_hyperparameters_assigned_later_are_checked(name, value):
+    env = NormalizeReward(ScriptedEnv([]))
+    with pytest.raises(InvalidBound, match=f"`{name}` should be"):
+        setattr(env, name, value)
+    with pytest.raises(ValueError, match=f"{name} should be a real number"):
+        setattr(env, name, "0.5")
+    with pytest.raises(ValueError, match="gamma should be a real number"):
+        NormalizeReward(ScriptedEnv([]), gamma=None)
 
 
 def test_benchmark_script_runs_with_tiny_sizes(capsys):

@@ -329,3 +329,96 @@ def test_clip_reward_leaves_the_environment_array_alone():
         ClipReward(inner, 2.0, 1.0)
     with pytest.raises(ValueError, match="func should be callable"):
         TransformReward(inner, None)
+
+
+def test_numpy_scalar_hyperparameters_compute_as_python_floats():
+    rng = np.random.default_rng(6)
+    rewards = rng.normal(size=(60, 4))
+    terminated = rng.random((60, 4)) < 0.1
+    outputs = []
+    for gamma in (
+        np.float32(0.99),
+        float(np.float32(0.99)),
+        np.float16(0.9),
+        float(np.float16(0.9)),
+    ):
+        envs = NormalizeReward(ScriptedVectorEnv(rewards, terminated), gamma=gamma)
+        envs.reset()
+        outputs.append(np.array([envs.step(None)[1] for _ in range(60)]))
+        assert type(envs.gamma) is float and outputs[-1].dtype == np.float64
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    np.testing.assert_array_equal(outputs[2], outputs[3])
+    assert not np.array_equal(outputs[0], outputs[2])
+
+
+def test_float32_gamma_matches_gymnasium_to_float64_rounding():
+    theirs = gym_vector.NormalizeReward(
+        gym.make_vec("CartPole-v1", 4, vectorization_mode="sync"), gamma=float(np.float32(0.99))
+    )
+    ours = NormalizeReward(
+        gym.make_vec("CartPole-v1", 4, vectorization_mode="sync"), gamma=np.float32(0.99)
+    )
+    np.testing.assert_allclose(run(ours, 200, seed=4), run(theirs, 200, seed=4), rtol=RTOL, atol=0)
+
+
+def test_in_place_writes_to_accumulated_reward_take_effect():
+    results = {}
+    for cls in (gym_vector.NormalizeReward, NormalizeReward):
+        envs = cls(gym.make_vec("CartPole-v1", 3, vectorization_mode="sync"))
+        envs.reset(seed=0)
+        for t in range(4):
+            envs.step(np.full(3, t % 2))
+        envs.accumulated_reward[:] = 0
+        envs.step(np.zeros(3, np.int64))
+        results[cls] = envs.accumulated_reward.copy()
+    np.testing.assert_array_equal(results[NormalizeReward], results[gym_vector.NormalizeReward])
+    np.testing.assert_array_equal(results[NormalizeReward], np.ones(3))
+
+
+def test_save_and_load_with_gymnasiums_own_statistics_object(tmp_path):
+    rng = np.random.default_rng(7)
+    envs = NormalizeReward(ScriptedVectorEnv(rng.normal(size=(30, 3))))
+    envs.return_rms = GymRunningMeanStd(shape=())
+    envs.reset()
+    for _ in range(30):
+        envs.step(None)
+    envs.save(tmp_path / "stats.msgpack")
+    restored = NormalizeReward(ScriptedVectorEnv(np.zeros((1, 3))))
+    restored.load(tmp_path / "stats.msgpack")
+    np.testing.assert_allclose(restored.return_rms.mean, envs.return_rms.mean, rtol=RTOL)
+    np.testing.assert_allclose(restored.return_rms.var, envs.return_rms.var, rtol=RTOL)
+    assert restored.return_rms.samples == 90
+    np.testing.assert_array_equal(restored.accumulated_reward, envs.accumulated_reward)
+
+
+def test_load_refuses_crafted_values_and_keeps_the_arrays_live(tmp_path):
+    from rewardnorm_jax import save_state
+
+    envs = NormalizeReward(ScriptedVectorEnv(np.ones((3, 2))))
+    envs.reset()
+    envs.step(None)
+    live = envs.accumulated_reward
+    state = envs.state_dict()
+    state["accumulated_reward"] = np.array([1.0, np.nan], np.float32)
+    (tmp_path / "nan").write_bytes(save_state(state, envs._checkpoint_metadata()))
+    with pytest.raises(ValueError, match="accumulated_reward should hold finite returns"):
+        envs.load(tmp_path / "nan")
+    state = envs.state_dict()
+    state["return_rms"] = state["return_rms"].replace(m2=np.array(-2.0))
+    (tmp_path / "m2").write_bytes(save_state(state, envs._checkpoint_metadata()))
+    with pytest.raises(ValueError, match=r"m2 holds -2\.0"):
+        envs.load(tmp_path / "m2")
+    envs.save(tmp_path / "good")
+    envs.step(None)
+    envs.load(tmp_path / "good")
+    assert envs.accumulated_reward is live  # restored in place
+    np.testing.assert_array_equal(live, np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize(("name", "value"), [("gamma", 2.0), ("epsilon", -1.0)])
+def test_hyperparameters_assigned_later_are_checked(name, value):
+    envs = NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))))
+    with pytest.raises(InvalidBound, match=f"`{name}` should be"):
+        setattr(envs, name, value)
+    with pytest.raises(ValueError, match="epsilon should be a real number"):
+        NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), epsilon=[1e-8])

@@ -17,6 +17,7 @@ state before restoring: nothing is broadcast or cast silently.
 """
 
 import dataclasses
+import math
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -25,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import serialization
+
+from rewardnorm_jax._src import running_stats as rs
 
 FORMAT = "rewardnorm_jax.state"
 VERSION = 2
@@ -72,6 +75,15 @@ def _flatten(state_dict, path: str = "") -> dict[str, str]:
     return {path.rstrip("/") or "<root>": _describe(state_dict)}
 
 
+def _same(saved, expected) -> bool:
+    """Equal metadata values: NaN equals NaN, and a bool never equals a number."""
+    if isinstance(saved, bool) != isinstance(expected, bool):
+        return False
+    if isinstance(saved, float) and isinstance(expected, float):
+        return saved == expected or (math.isnan(saved) and math.isnan(expected))
+    return saved == expected
+
+
 def _compare(kind: str, saved: Mapping, expected: Mapping) -> list[str]:
     lines = []
     for key in sorted(set(saved) | set(expected), key=str):
@@ -79,7 +91,7 @@ def _compare(kind: str, saved: Mapping, expected: Mapping) -> list[str]:
             lines.append(f"{kind} {key!r}: in the checkpoint ({saved[key]!r}), not expected")
         elif key not in saved:
             lines.append(f"{kind} {key!r}: expected {expected[key]!r}, not in the checkpoint")
-        elif saved[key] != expected[key]:
+        elif not _same(saved[key], expected[key]):
             lines.append(
                 f"{kind} {key!r}: checkpoint has {saved[key]!r}, expected {expected[key]!r}"
             )
@@ -105,9 +117,10 @@ def _read_record(body: bytes) -> dict[str, Any]:
         raise ValueError(f"checkpoint body is not msgpack: {error}") from error
     if not isinstance(record, dict):
         raise ValueError(f"checkpoint body is a {type(record).__name__}, not a record.")
-    if record.get("version") not in (1, VERSION):
+    version = record.get("version")
+    if type(version) is not int or version not in (1, VERSION):
         raise ValueError(
-            f"checkpoint format version {record.get('version')!r} is not supported "
+            f"checkpoint format version {version!r} is not supported "
             f"(this library reads versions 1 and {VERSION})."
         )
     if "state" not in record:
@@ -146,6 +159,48 @@ def _pack_v1_stats(tree):
         ):
             return {"moments": np.stack(floats, axis=-1), "count_words": np.stack(words, axis=-1)}
     return tree
+
+
+def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
+    r"""Raises a ValueError unless ``stats`` holds values a merge can produce.
+
+    The mean and the rounding-error terms are finite, :math:`M` is in
+    :math:`[0, +\infty]` (``+inf`` once saturated, never NaN) and the weight
+    of exponential moving statistics is positive and finite.
+
+    Example:
+      >>> stats = rs.init_stats()
+      >>> check_statistics(stats.replace(moments=jnp.array([0.0, 0.0, -1.0, 0.0])))
+      Traceback (most recent call last):
+      ...
+      ValueError: stats.m2 holds -1.0; expected M >= 0 (+inf when saturated).
+    """
+    rules = [
+        ("mean", np.isfinite, "a finite mean"),
+        ("mean_low", np.isfinite, "a finite rounding error"),
+        ("m2", lambda m2: m2 >= 0, "M >= 0 (+inf when saturated)"),
+        ("m2_low", np.isfinite, "a finite rounding error"),
+    ]
+    if stats.weight is not None:
+        rules.append(("weight", lambda w: np.isfinite(w) & (w > 0), "a positive, finite weight"))
+    for field, rule, expected in rules:
+        values = np.asarray(getattr(stats, field))
+        bad = ~rule(values)
+        if np.any(bad):
+            raise ValueError(
+                f"{name}.{field} holds {values[bad].flat[0].item()!r}; expected {expected}."
+            )
+
+
+def _is_stats(node) -> bool:
+    return isinstance(node, rs.RunningStats)
+
+
+def _check_values(state) -> None:
+    """:func:`check_statistics` for every set of statistics in ``state``, named by path."""
+    for path, node in jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_stats)[0]:
+        if _is_stats(node):
+            check_statistics(node, "state" + jax.tree_util.keystr(path))
 
 
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
@@ -217,8 +272,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     Raises:
       ValueError: if ``data`` is truncated, corrupt (checksum) or not such a
         checkpoint, or if its structure, shapes, dtypes, static fields or
-        metadata differ from the template's; the message lists every
-        difference by path.
+        metadata differ from the template's (the message lists every
+        difference by path), or if it holds statistics no update produces
+        (:func:`check_statistics`).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data should be the bytes from save_state, got {type(data).__name__}.")
@@ -253,6 +309,7 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
             + "\n  ".join(shown)
         )
     state = serialization.from_state_dict(template, saved)
+    _check_values(state)
     return jax.tree.map(
         lambda like, value: jnp.asarray(value) if isinstance(like, jax.Array) else value,
         template,

@@ -7,10 +7,14 @@ the same names; :mod:`rewardnorm_jax.gymnasium.vector` holds the
 :class:`gymnasium.vector.VectorWrapper` versions. Swap the import and nothing
 else changes (except the bugs listed in each class's notes).
 
-The arithmetic is :mod:`rewardnorm_jax._src.formulas`, the code the JAX
-transforms jit, evaluated here on the host in float64 (Python floats for one
-environment, NumPy arrays for vector environments), as Gymnasium computes:
-no JAX dispatch per step and no need to enable JAX's x64 mode.
+The recurrence and the statistics are the JAX core's own code
+(:func:`rewardnorm_jax._src.formulas.return_step` and
+:func:`~rewardnorm_jax._src.formulas.merge_moments`, the functions the
+transforms jit), called here with ``numpy`` on the host in float64 (Python
+floats for one environment, NumPy arrays for vector environments), as
+Gymnasium computes: no JAX dispatch per step and no need to enable JAX's x64
+mode. The statistics are the core's :class:`~rewardnorm_jax.RunningStats`,
+seen through Gymnasium's ``RunningMeanStd`` interface.
 
 Only this subpackage imports Gymnasium; the top-level package exports none of it.
 """
@@ -28,10 +32,9 @@ with requires("gymnasium", __name__):
 
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
-from rewardnorm_jax.gymnasium import _namespaces as ns
-from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics
+from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics, check_returns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
-from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
+from rewardnorm_jax.gymnasium._validation import clip_function
 
 __all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward", "vector"]
 
@@ -128,7 +131,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
        rewards kept out of the statistics.
     """
 
-    _checkpointed = (("discounted_reward", "discounted_reward"),)
+    _checkpointed = (("discounted_reward", "_discounted_reward"),)
 
     def __init__(self, env: gym.Env, gamma: float = 0.99, epsilon: float = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the return.
@@ -141,16 +144,14 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
         Raises:
             InvalidBound: If ``gamma`` is outside [0, 1] or ``epsilon`` is not
                 strictly positive and finite.
+            ValueError: If ``gamma`` or ``epsilon`` is not a real number.
         """
-        check_gamma_epsilon(gamma, epsilon)
+        SavesStatistics.__init__(self, gamma, epsilon)
         gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
         gym.Wrapper.__init__(self, env)
-
         self.return_rms = RunningMeanStd()
-        self.gamma = gamma
-        self.epsilon = epsilon
         self._update_running_mean = True
-        self._return = 0.0
+        self._discounted_reward = np.zeros(1)
 
     @property
     def update_running_mean(self) -> bool:
@@ -160,38 +161,50 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
     @update_running_mean.setter
     def update_running_mean(self, setting: bool):
         """Sets the property to freeze/continue the running mean of the reward statistics."""
-        self._update_running_mean = setting
+        self._update_running_mean = bool(setting)
 
     @property
     def discounted_reward(self) -> np.ndarray:
-        """The tracked discounted return, as Gymnasium's float64 array of shape ``(1,)``."""
-        return np.array([self._return])
+        """The tracked discounted return: Gymnasium's float64 array of shape ``(1,)``.
+
+        The wrapper's own array, so in-place writes (``env.discounted_reward[:] = 0``)
+        take effect; assigning a number or an array copies it in.
+        """
+        return self._discounted_reward
 
     @discounted_reward.setter
     def discounted_reward(self, value):
-        self._return = float(np.asarray(value, np.float64).item())
+        self._discounted_reward[...] = check_returns("discounted_reward", value, (1,))
 
     def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Steps through the environment, normalizing the reward returned."""
         obs, reward, terminated, truncated, info = self.env.step(action)
-        r = float(reward)
-        valid = math.isfinite(r)
-        ret = self._return = formulas.discounted_return(
-            ns.scalar,
-            self._return,
-            r,
-            self.gamma,
-            _SEMANTICS.flag("reset_before", terminated, truncated),
+        reward = float(reward)
+        valid = math.isfinite(reward)
+        ret, rms = formulas.return_step(
+            np,
+            float(self._discounted_reward[0]),
+            self.return_rms,
+            reward,
+            bool(terminated),
+            bool(truncated),
+            self._update_running_mean,
             valid,
-            True,
+            None,
+            gamma=self._gamma,
+            semantics=_SEMANTICS,
+            merge=_merge_sample,
         )
-        if valid and self._update_running_mean:
-            _, batch_mean, batch_var = formulas.batch_moments(ns.scalar, ret, True, ns.identity)
-            self.return_rms.update_from_moments(batch_mean, batch_var, 1)
-        scaled = formulas.scale_by_std(
-            ns.scalar, r, self.return_rms.var, self.epsilon, None, not valid
-        )
+        self._discounted_reward[0] = ret
+        scaled = formulas.scale_by_std(np, reward, float(rms.var), self._epsilon, None, not valid)
         return obs, np.float64(scaled), terminated, truncated, info
+
+
+def _merge_sample(rms, ret: float, selected: bool):
+    """Merges one return into the statistics: a batch of one, mean ``ret``, variance 0."""
+    if selected:
+        rms.update_from_moments(ret, 0.0, 1)
+    return rms
 
 
 class TransformReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):

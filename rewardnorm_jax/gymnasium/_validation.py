@@ -1,7 +1,8 @@
-"""Constructor checks shared by the single-env and vector Gymnasium wrappers.
+"""Hyperparameter checks shared by the single-env and vector Gymnasium wrappers.
 
-They raise :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's
-messages (Gymnasium 1.3.0 accepted these values silently).
+Out-of-range values raise :class:`gymnasium.error.InvalidBound` with
+Gymnasium 1.4.0's messages (Gymnasium 1.3.0 accepted them silently); values
+that are not real numbers raise ValueError.
 """
 
 import functools
@@ -10,19 +11,36 @@ import math
 import numpy as np
 from gymnasium.error import InvalidBound
 
+from rewardnorm_jax._src import base
 
-def check_gamma_epsilon(gamma, epsilon) -> None:
-    """Raises :class:`~gymnasium.error.InvalidBound` unless 0 <= gamma <= 1 and epsilon > 0."""
+
+def _real(name: str, value) -> float:
+    """``value`` as a Python float: NumPy scalars compute exactly as Python floats."""
+    if not base.is_real(value):
+        raise ValueError(f"{name} should be a real number, got {name}={value!r}.")
+    return float(value)
+
+
+def check_gamma(gamma) -> float:
+    """``gamma`` as a float, or :class:`~gymnasium.error.InvalidBound` unless 0 <= gamma <= 1."""
+    value = _real("gamma", gamma)
     # The return is multiplied by gamma every step: above 1 it diverges (gamma=99,
     # a typo for 0.99, overflows to inf), below 0 it flips sign every step.
-    if not 0 <= gamma <= 1:
+    if not 0 <= value <= 1:
         raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {gamma}")
+    return value
+
+
+def check_epsilon(epsilon) -> float:
+    """``epsilon`` as a float, or :class:`~gymnasium.error.InvalidBound` unless finite and > 0."""
+    value = _real("epsilon", epsilon)
     # epsilon is added to the variance under the square root to keep the division
     # away from zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
-    if not epsilon > 0:
+    if not value > 0:
         raise InvalidBound(f"`epsilon` should be strictly positive. Received {epsilon}")
-    if not math.isfinite(epsilon):
+    if not math.isfinite(value):
         raise InvalidBound(f"`epsilon` should be strictly positive and finite. Received {epsilon}")
+    return value
 
 
 def clip_function(min_reward, max_reward):

@@ -2,7 +2,9 @@ r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrappe
 
 ``rewardnorm_jax.gymnasium.vector.NormalizeReward``, ``TransformReward`` and
 ``ClipReward`` replace ``gymnasium.wrappers.vector``'s classes of the same
-names. The arithmetic is :mod:`rewardnorm_jax._src.formulas` on NumPy arrays.
+names. The recurrence and the statistics are the JAX core's code
+(:func:`rewardnorm_jax._src.formulas.return_step`), run with ``numpy`` on
+the host.
 """
 
 from collections.abc import Callable
@@ -14,10 +16,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, Vect
 
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
-from rewardnorm_jax.gymnasium import _namespaces as ns
 from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
-from rewardnorm_jax.gymnasium._validation import check_gamma_epsilon, clip_function
+from rewardnorm_jax.gymnasium._validation import clip_function
 
 __all__ = ["ClipReward", "NormalizeReward", "TransformReward"]
 
@@ -130,15 +131,14 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         Raises:
             InvalidBound: If ``gamma`` is outside [0, 1] or ``epsilon`` is not
                 strictly positive and finite.
+            ValueError: If ``gamma`` or ``epsilon`` is not a real number.
         """
-        check_gamma_epsilon(gamma, epsilon)
+        SavesStatistics.__init__(self, gamma, epsilon)
         gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
         VectorWrapper.__init__(self, env)
 
         self.return_rms = RunningMeanStd()
         self.accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
-        self.gamma = gamma
-        self.epsilon = epsilon
         self._update_running_mean = True
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
         mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
@@ -153,7 +153,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
     @update_running_mean.setter
     def update_running_mean(self, setting: bool):
         """Sets the property to freeze/continue the running mean of the reward statistics."""
-        self._update_running_mean = setting
+        self._update_running_mean = bool(setting)
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -175,32 +175,30 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = np.asarray(reward, dtype=np.float64)
-        finite = np.isfinite(reward)
-        active: bool | np.ndarray
-        if self._same_step:
-            active, valid = True, finite
-        else:
-            active = ~self._prev_dones
-            valid = active & finite
-        semantics, ret = self._semantics, self.accumulated_reward
-        ret[...] = formulas.discounted_return(
-            ns.numpy,
-            ret,
+        terminated_flags = np.asarray(terminated, dtype=bool)
+        truncated_flags = np.asarray(truncated, dtype=bool)
+        active = None if self._same_step else ~self._prev_dones
+        valid = np.isfinite(reward) if active is None else active & np.isfinite(reward)
+        ret, _ = formulas.return_step(
+            np,
+            self.accumulated_reward,
+            self.return_rms,
             reward,
-            self.gamma,
-            semantics.flag("reset_before", terminated, truncated),
+            terminated_flags,
+            truncated_flags,
+            self._update_running_mean,
             valid,
             active,
+            gamma=self.gamma,
+            semantics=self._semantics,
+            merge=self._merge,
         )
-        if self._update_running_mean:
-            self._merge(ret[valid])
-        if semantics.reset_after != "never":
-            ret[semantics.flag("reset_after", terminated, truncated)] = 0.0
-        self._prev_dones = np.logical_or(terminated, truncated)
+        self.accumulated_reward[...] = ret
+        self._prev_dones = terminated_flags | truncated_flags
         # Without a clip, r / s leaves NaN and +-inf rewards as they are: no
         # pass-through select is needed.
         scaled = formulas.scale_by_std(
-            ns.numpy, reward, float(self.return_rms.var), self.epsilon, None, False
+            np, reward, float(self.return_rms.var), self.epsilon, None, False
         )
         return obs, scaled, terminated, truncated, info
 
@@ -211,10 +209,10 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         ones) into the statistics if they are learning, then returns
         ``reward / sqrt(var + epsilon)``.
         """
-        if self._update_running_mean:
-            self._merge(self.accumulated_reward[np.isfinite(self.accumulated_reward)])
+        returns = self.accumulated_reward
+        self._merge(self.return_rms, returns, np.isfinite(returns) & self._update_running_mean)
         return formulas.scale_by_std(
-            ns.numpy,
+            np,
             np.asarray(reward, np.float64),
             float(self.return_rms.var),
             self.epsilon,
@@ -222,14 +220,16 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
             False,
         )
 
-    def _merge(self, batch: np.ndarray) -> None:
-        """Merges a 1-D batch of returns into ``return_rms`` (nothing if empty)."""
+    def _merge(self, rms, returns: np.ndarray, selected: np.ndarray):
+        """Merges the selected returns, as carried (float32), into ``rms``."""
         # The moments of the selected returns alone, as Gymnasium's np.mean /
         # np.var of acc[active]: from 8 environments on, NumPy's pairwise sums
         # of a where-masked full array round differently (up to 7e-8 relative).
+        batch = np.asarray(returns[selected], self.accumulated_reward.dtype)
         if batch.size:
-            _, batch_mean, batch_var = formulas.batch_moments(ns.numpy, batch, True, ns.sum_all)
-            self.return_rms.update_from_moments(batch_mean, batch_var, batch.size)
+            _, batch_mean, batch_var = formulas.batch_moments(np, batch, True, np.add.reduce)
+            rms.update_from_moments(batch_mean, batch_var, batch.size)
+        return rms
 
 
 class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
