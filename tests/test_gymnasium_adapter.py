@@ -380,7 +380,8 @@ def test_numpy_scalar_hyperparameters_compute_as_python_floats(dtype):
         env.reset()
         outputs[kind] = [env.step(0)[1] for _ in script]
         assert env.discounted_reward.dtype == np.float64
-        assert type(env.gamma) is float and type(env.epsilon) is float
+        assert type(env.gamma) is float
+        assert type(env.epsilon) is float
         outputs[kind].append(env.return_rms.get_state())
     assert all(type(r) is np.float64 for r in outputs["numpy"][:-1])
     np.testing.assert_array_equal(outputs["numpy"][:-1], outputs["python"][:-1])
@@ -416,7 +417,8 @@ def test_in_place_writes_to_discounted_reward_take_effect():
     assert results[NormalizeReward] == results[gym_wrappers.NormalizeReward] == 1.0
     env = NormalizeReward(gym.make("CartPole-v1"))
     env.discounted_reward = 2.5  # assignment copies into the wrapper's array
-    assert env.discounted_reward.tolist() == [2.5] and env.discounted_reward.dtype == np.float64
+    assert env.discounted_reward.tolist() == [2.5]
+    assert env.discounted_reward.dtype == np.float64
     with pytest.raises(ValueError, match="discounted_reward should hold finite returns"):
         env.discounted_reward = math.nan
     with pytest.raises(ValueError, match=r"discounted_reward should be .* shape \(1,\)"):
@@ -506,7 +508,8 @@ def test_load_refuses_crafted_statistics_with_a_valid_checksum(tmp_path, field, 
     env.reset(seed=0)
     env.step(0)
     state = env.state_dict()
-    state["return_rms"] = state["return_rms"].replace(**{field: np.array(value)})
+    moments = state["return_rms"].moments
+    moments[("mean", "mean_low", "m2", "m2_low").index(field)] = value
     data = rn.save_state(state, env._checkpoint_metadata())
     (tmp_path / "crafted").write_bytes(data)
     fresh = NormalizeReward(gym.make("CartPole-v1"))

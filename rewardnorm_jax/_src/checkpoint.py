@@ -19,7 +19,7 @@ state before restoring: nothing is broadcast or cast silently.
 import dataclasses
 import math
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -175,7 +175,7 @@ def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
       ...
       ValueError: stats.m2 holds -1.0; expected M >= 0 (+inf when saturated).
     """
-    rules = [
+    rules: list[tuple[str, Callable[[np.ndarray], np.ndarray], str]] = [
         ("mean", np.isfinite, "a finite mean"),
         ("mean_low", np.isfinite, "a finite rounding error"),
         ("m2", lambda m2: m2 >= 0, "M >= 0 (+inf when saturated)"),
