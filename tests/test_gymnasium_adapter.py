@@ -550,3 +550,29 @@ def test_benchmark_script_runs_with_tiny_sizes(capsys):
     assert "| rewardnorm_jax.gymnasium.NormalizeReward |" in out
     assert "| num_envs | bare env | Gymnasium added | ours added |" in out
     assert out.count("\n| 16 |") == 1
+
+
+@pytest.mark.parametrize("setting", ["no", 0, None, np.array([False])])
+def test_update_running_mean_takes_only_booleans(setting):
+    env = NormalizeReward(ScriptedEnv([(1.0, False, False)]))
+    with pytest.raises(ValueError, match="update_running_mean should be True or False"):
+        env.update_running_mean = setting
+    env.update_running_mean = np.bool_(False)
+    assert env.update_running_mean is False
+
+
+def test_set_state_refuses_unknown_keys():
+    with pytest.raises(ValueError, match=r"unknown keys \['var'\]"):
+        RunningMeanStd.from_state({"mean": 0.0, "m2": 1.0, "samples": 2, "var": 4.0})
+
+
+def test_to_float32_refuses_statistics_beyond_its_range():
+    rms = RunningMeanStd.from_state({"mean": 1e39, "m2": 1.0, "samples": 2})
+    with pytest.raises(ValueError, match=r"return_rms in float32\.mean holds inf"):
+        rms.to_running_stats(np.float32)
+
+
+@pytest.mark.parametrize(("low", "high"), [(math.nan, 1.0), (0.0, math.nan), (None, math.nan)])
+def test_clip_reward_refuses_nan_bounds(low, high):
+    with pytest.raises(InvalidBound, match="should not be NaN"):
+        ClipReward(ScriptedEnv([]), low, high)

@@ -423,3 +423,15 @@ def test_hyperparameters_assigned_later_are_checked(name, value):
         setattr(envs, name, value)
     with pytest.raises(ValueError, match="epsilon should be a real number"):
         NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), epsilon=[1e-8])
+
+
+def test_rewards_of_another_shape_are_refused():
+    envs = NormalizeReward(ScriptedVectorEnv(np.zeros((2, 3))))
+    envs.env.rewards = np.zeros((2, 3, 1))  # one column per environment: would broadcast
+    envs.reset()
+    with pytest.raises(ValueError, match=r"rewards of shape \(3, 1\); expected \(3,\)"):
+        envs.step(None)
+    with pytest.raises(ValueError, match="update_running_mean should be True or False"):
+        envs.update_running_mean = "False"
+    with pytest.raises(InvalidBound, match="`min_reward` should not be NaN"):
+        ClipReward(envs, np.array([0.0, math.nan, 0.0]), 1.0)

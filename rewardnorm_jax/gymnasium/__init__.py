@@ -150,18 +150,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
         gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
         gym.Wrapper.__init__(self, env)
         self.return_rms = RunningMeanStd()
-        self._update_running_mean = True
         self._discounted_reward = np.zeros(1)
-
-    @property
-    def update_running_mean(self) -> bool:
-        """Property to freeze/continue the running mean calculation of the reward statistics."""
-        return self._update_running_mean
-
-    @update_running_mean.setter
-    def update_running_mean(self, setting: bool):
-        """Sets the property to freeze/continue the running mean of the reward statistics."""
-        self._update_running_mean = bool(setting)
 
     @property
     def discounted_reward(self) -> np.ndarray:

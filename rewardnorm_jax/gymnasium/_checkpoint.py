@@ -50,19 +50,34 @@ def as_running_mean_std(rms) -> RunningMeanStd:
 
 
 class Hyperparameters:
-    """``gamma`` and ``epsilon`` of a normalizing wrapper, checked whenever set.
+    """``gamma``, ``epsilon`` and ``update_running_mean`` of a normalizing wrapper.
 
-    They are stored as Python floats, so a NumPy scalar (``np.float32(0.99)``)
-    computes exactly as the Python float of the same value.
+    Each is checked whenever it is set. ``gamma`` and ``epsilon`` are stored
+    as Python floats, so a NumPy scalar (``np.float32(0.99)``) computes
+    exactly as the Python float of the same value.
     """
 
     _gamma: float
     _epsilon: float
+    _update_running_mean: bool
 
     def __init__(self, gamma, epsilon):
-        """Checks and stores the hyperparameters."""
+        """Checks and stores the hyperparameters; the statistics start learning."""
         self.gamma = gamma
         self.epsilon = epsilon
+        self._update_running_mean = True
+
+    @property
+    def update_running_mean(self) -> bool:
+        """Property to freeze/continue the running mean calculation of the reward statistics."""
+        return self._update_running_mean
+
+    @update_running_mean.setter
+    def update_running_mean(self, setting: bool) -> None:
+        # A string or an array would be truthy (or ambiguous) and freeze nothing.
+        if not isinstance(setting, (bool, np.bool_)):
+            raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")
+        self._update_running_mean = bool(setting)
 
     @property
     def gamma(self) -> float:

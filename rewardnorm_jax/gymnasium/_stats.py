@@ -224,7 +224,7 @@ class RunningMeanStd:
         ``mean_low`` and ``m2_low`` may be left out (then 0).
 
         Raises:
-          ValueError: for missing keys, a non-finite mean, an ``m2`` that is
+          ValueError: for missing or unknown keys, a non-finite mean, an ``m2`` that is
             negative or NaN, a ``samples`` that is not an integer in
             [0, 2^64 - 1], or a value that is not a real number.
         """
@@ -233,6 +233,12 @@ class RunningMeanStd:
         missing = [key for key in _STATE_KEYS if key not in state]
         if missing:
             raise ValueError(f"state is missing {missing}; expected keys {_STATE_KEYS}.")
+        unknown = sorted(set(state) - {*_FLOAT_FIELDS, "samples"}, key=str)
+        if unknown:
+            raise ValueError(
+                f"state has unknown keys {unknown}; expected {_STATE_KEYS} and optionally "
+                "mean_low, m2_low (as get_state() returns them)."
+            )
         values = [_real(key, state.get(key, 0.0)) for key in _FLOAT_FIELDS]
         samples = _samples(state["samples"])
         self._write(*values)
@@ -265,9 +271,10 @@ class RunningMeanStd:
         parts = {}
         mean, mean_low, m2, m2_low = self.stats.moments.tolist()
         for name, high, low in (("mean", mean, mean_low), ("m2", m2, m2_low)):
-            rounded = np.asarray(high, dtype)
-            parts[name] = jnp.asarray(rounded)
-            parts[name + "_low"] = jnp.asarray(np.asarray((high - float(rounded)) + low, dtype))
+            with np.errstate(over="ignore"):  # a value beyond float32 is refused below
+                rounded = np.asarray(high, dtype)
+                remainder = np.asarray((high - float(rounded)) + low, dtype)
+            parts[name], parts[name + "_low"] = jnp.asarray(rounded), jnp.asarray(remainder)
         high_word, low_word = self.stats.count_words.tolist()
         stats = rs.RunningStats.from_parts(**parts, count_hi=high_word, count_lo=low_word)
         checkpoint.check_statistics(stats, f"return_rms in {dtype.name}")

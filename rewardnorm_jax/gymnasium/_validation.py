@@ -53,6 +53,10 @@ def check_clip_bounds(min_reward, max_reward) -> None:
     """Gymnasium's ``ClipReward`` checks: at least one bound, and min <= max."""
     if min_reward is None and max_reward is None:
         raise InvalidBound("Both `min_reward` and `max_reward` cannot be None")
+    # numpy.clip returns NaN wherever a bound is NaN: every reward would be lost.
+    for name, bound in (("min_reward", min_reward), ("max_reward", max_reward)):
+        if bound is not None and np.any(np.isnan(np.asarray(bound, np.float64))):
+            raise InvalidBound(f"`{name}` should not be NaN. Received {bound}")
     if (
         max_reward is not None
         and min_reward is not None

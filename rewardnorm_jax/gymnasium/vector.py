@@ -139,21 +139,10 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
 
         self.return_rms = RunningMeanStd()
         self.accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
-        self._update_running_mean = True
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
         mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._same_step = mode == AutoresetMode.SAME_STEP
         self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
-
-    @property
-    def update_running_mean(self) -> bool:
-        """Property to freeze/continue the running mean calculation of the reward statistics."""
-        return self._update_running_mean
-
-    @update_running_mean.setter
-    def update_running_mean(self, setting: bool):
-        """Sets the property to freeze/continue the running mean of the reward statistics."""
-        self._update_running_mean = bool(setting)
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -175,6 +164,11 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = np.asarray(reward, dtype=np.float64)
+        if reward.shape != self.accumulated_reward.shape:
+            raise ValueError(
+                f"the environment returned rewards of shape {reward.shape}; expected "
+                f"({self.num_envs},), one per sub-environment."
+            )
         terminated_flags = np.asarray(terminated, dtype=bool)
         truncated_flags = np.asarray(truncated, dtype=bool)
         active = None if self._same_step else ~self._prev_dones
