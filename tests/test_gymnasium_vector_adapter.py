@@ -435,3 +435,18 @@ def test_rewards_of_another_shape_are_refused():
         envs.update_running_mean = "False"
     with pytest.raises(InvalidBound, match="`min_reward` should not be NaN"):
         ClipReward(envs, np.array([0.0, math.nan, 0.0]), 1.0)
+
+
+def test_assigned_returns_are_checked_and_copied_in():
+    envs = NormalizeReward(ScriptedVectorEnv(np.ones((2, 3))))
+    live = envs.accumulated_reward
+    envs.accumulated_reward = [0.5, 1.0, 2.0]
+    assert envs.accumulated_reward is live
+    assert live.dtype == np.float32
+    assert live.tolist() == [0.5, 1.0, 2.0]
+    with pytest.raises(ValueError, match="accumulated_reward should hold finite returns"):
+        envs.accumulated_reward = np.array([0.0, np.inf, 0.0])
+    with pytest.raises(ValueError, match=r"accumulated_reward should be .* shape \(3,\)"):
+        envs.accumulated_reward = np.zeros(4)
+    with pytest.raises(ValueError, match="batch_var should be >= 0"):
+        envs.return_rms.update_from_moments(0.0, -1.0, 3)

@@ -181,10 +181,13 @@ class RunningMeanStd:
         ``batch_var`` (float32 moments of float32 returns stay float32 there).
 
         Raises:
-          ValueError: for a ``batch_count`` that is not a non-negative integer.
+          ValueError: for a ``batch_count`` that is not a non-negative integer or
+            a negative ``batch_var``.
         """
         if type(batch_count) is not int or batch_count < 0:
             batch_count = _samples(batch_count)
+        if batch_var < 0:  # NaN passes: moments of overflowed returns saturate M
+            raise ValueError(f"batch_var should be >= 0, got batch_var={batch_var!r}.")
         if type(batch_mean) is not float:  # a float64 mean difference, as Gymnasium's
             batch_mean = np.float64(batch_mean)
         moments, words = self.stats.moments, self.stats.count_words

@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, Vect
 
 from rewardnorm_jax._src import formulas
 from rewardnorm_jax._src import semantics as sem_lib
-from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics
+from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics, check_returns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
 from rewardnorm_jax.gymnasium._validation import clip_function
 
@@ -118,7 +118,10 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
        environments' returns; non-finite rewards kept out of the statistics.
     """
 
-    _checkpointed = (("accumulated_reward", "accumulated_reward"), ("prev_dones", "_prev_dones"))
+    _checkpointed = (
+        ("accumulated_reward", "_accumulated_reward"),
+        ("prev_dones", "_prev_dones"),
+    )
 
     def __init__(self, env: VectorEnv, gamma: float = 0.99, epsilon: float = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the returns.
@@ -138,11 +141,27 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         VectorWrapper.__init__(self, env)
 
         self.return_rms = RunningMeanStd()
-        self.accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
+        self._accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
         mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._same_step = mode == AutoresetMode.SAME_STEP
         self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
+
+    @property
+    def accumulated_reward(self) -> np.ndarray:
+        """The tracked discounted returns: Gymnasium's float32 array of shape ``(num_envs,)``.
+
+        The wrapper's own array, so in-place writes take effect; assigning a
+        number or an array copies it in (rounded to float32, as the returns are
+        carried).
+        """
+        return self._accumulated_reward
+
+    @accumulated_reward.setter
+    def accumulated_reward(self, value) -> None:
+        self._accumulated_reward[...] = check_returns(
+            "accumulated_reward", value, self._accumulated_reward.shape
+        )
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -153,7 +172,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         # VectorEnv.reset is annotated seed: int | None, but vector envs take a list too.
         result = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type, unused-ignore]
         selected = slice(None) if reset_mask is None else np.asarray(reset_mask, dtype=bool)
-        self.accumulated_reward[selected] = 0.0
+        self._accumulated_reward[selected] = 0.0
         self._prev_dones[selected] = False
         return result
 
@@ -164,7 +183,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = np.asarray(reward, dtype=np.float64)
-        if reward.shape != self.accumulated_reward.shape:
+        if reward.shape != self._accumulated_reward.shape:
             raise ValueError(
                 f"the environment returned rewards of shape {reward.shape}; expected "
                 f"({self.num_envs},), one per sub-environment."
@@ -175,7 +194,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         valid = np.isfinite(reward) if active is None else active & np.isfinite(reward)
         ret, _ = formulas.return_step(
             np,
-            self.accumulated_reward,
+            self._accumulated_reward,
             self.return_rms,
             reward,
             terminated_flags,
@@ -187,7 +206,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
             semantics=self._semantics,
             merge=self._merge,
         )
-        self.accumulated_reward[...] = ret
+        self._accumulated_reward[...] = ret
         self._prev_dones = terminated_flags | truncated_flags
         # Without a clip, r / s leaves NaN and +-inf rewards as they are: no
         # pass-through select is needed.
@@ -203,7 +222,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         ones) into the statistics if they are learning, then returns
         ``reward / sqrt(var + epsilon)``.
         """
-        returns = self.accumulated_reward
+        returns = self._accumulated_reward
         self._merge(self.return_rms, returns, np.isfinite(returns) & self._update_running_mean)
         return formulas.scale_by_std(
             np,
@@ -219,7 +238,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         # The moments of the selected returns alone, as Gymnasium's np.mean /
         # np.var of acc[active]: from 8 environments on, NumPy's pairwise sums
         # of a where-masked full array round differently (up to 7e-8 relative).
-        batch = np.asarray(returns[selected], self.accumulated_reward.dtype)
+        batch = np.asarray(returns[selected], self._accumulated_reward.dtype)
         if batch.size:
             _, batch_mean, batch_var = formulas.batch_moments(np, batch, True, np.add.reduce)
             rms.update_from_moments(batch_mean, batch_var, batch.size)
