@@ -17,7 +17,7 @@ from rewardnorm_jax._src.extras import MissingExtraError, requires
 CASES = [  # subpackage, the framework it imports, the extra that installs it
     ("rewardnorm_jax.gymnax", "gymnax", "gymnax"),
     ("rewardnorm_jax.gymnasium", "gymnasium", "gymnasium"),
-    ("rewardnorm_jax.examples.ppo", "optax", "demo"),
+    ("rewardnorm_jax.examples.ppo", "gymnax", "demo"),
 ]
 
 
