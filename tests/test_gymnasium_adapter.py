@@ -426,7 +426,7 @@ def test_in_place_writes_to_discounted_reward_take_effect():
 
 
 @pytest.mark.parametrize(
-    "samples", [2**64, 2.0**64, 1e30, -1, 2.5, None, True, "3", math.nan, math.inf]
+    "samples", [2**64, 10**400, 2.0**64, 1e30, -1, 2.5, None, True, "3", math.nan, math.inf]
 )
 def test_set_state_rejects_counts_the_statistics_cannot_hold(samples):
     state = {"mean": 0.0, "m2": 1.0, "samples": samples}

@@ -43,10 +43,12 @@ def _real(name: str, value) -> float:
 
 def _samples(value) -> int:
     """A sample count: an integer in [0, 2^64 - 1], or a ValueError."""
-    as_float = float(value) if base.is_real(value) else math.nan
-    if not (math.isfinite(as_float) and as_float == int(as_float)):
+    if isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, bool):
+        samples = int(value)
+    elif base.is_real(value) and math.isfinite(float(value)) and float(value).is_integer():
+        samples = int(float(value))
+    else:
         raise ValueError(f"samples should be a non-negative integer, got samples={value!r}.")
-    samples = int(value) if isinstance(value, (numbers.Integral, np.integer)) else int(as_float)
     if not 0 <= samples <= _MAX_SAMPLES:
         raise ValueError(
             f"samples should be an integer in [0, 2**64 - 1] (two uint32 words), "
