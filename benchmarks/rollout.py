@@ -23,6 +23,7 @@ Usage::
 """
 
 import argparse
+import functools
 
 import gymnax
 import jax
@@ -87,7 +88,7 @@ def measure(env_name: str, num_envs: int, steps: int, repeats: int) -> dict:
     rel_err = float(jnp.max(jnp.abs(ours - inline) / jnp.maximum(jnp.abs(inline), 1e-3)))
     if not rel_err < 1e-2:
         raise AssertionError(f"ours differs from the inline normalizer: rel. error {rel_err}")
-    times = compare({name: (lambda f=f: f(key)) for name, f in rollouts.items()}, repeats)
+    times = compare({name: functools.partial(f, key) for name, f in rollouts.items()}, repeats)
     return times | {"rel_err": rel_err}
 
 

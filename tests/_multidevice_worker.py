@@ -103,7 +103,7 @@ def run_all(dtype, batch_shape, axis_name=None):
         results = [scan_steps(n, state, *stream) for n, state in zip(norms, states, strict=True)]
         return [(state.stats, out) for state, out in results]
 
-    run.norms = norms
+    run.norms = norms  # type: ignore[attr-defined]  # the configurations travel with run
     return run
 
 
@@ -131,7 +131,7 @@ def run_vmaps(dtype, stream) -> dict:
     step vmapped over all environments, with the statistics passed in and
     returned unbatched (``in_axes=None`` / ``out_axes=None``).
     """
-    state_axes = rn.NormalizeRewardState(stats=None, ret=0, ret_abs_max=None)
+    state_axes = rn.NormalizeRewardState(stats=None, ret=0, ret_abs_max=None)  # type: ignore[arg-type]  # vmap axes
 
     def per_env_scan(norm, *stream):
         def per_env_step(state, reward, terminated, truncated, active):
@@ -205,6 +205,7 @@ def run_shard_map(dtype, stream, parts, mesh_shape=None):
     A two-axis ``mesh_shape`` shards the environments over both axes and merges
     with ``axis_name=("host", "device")``.
     """
+    axes: str | tuple[str, str]
     if mesh_shape is None:
         mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
         axes = "device"
@@ -219,7 +220,7 @@ def run_shard_map(dtype, stream, parts, mesh_shape=None):
 
     # The state enters through in_specs (statistics replicated, returns sharded),
     # so the per-device returns are typed as varying over the mesh axes.
-    state_spec = rn.NormalizeRewardState(stats=P(), ret=P(axes), ret_abs_max=P())
+    state_spec = rn.NormalizeRewardState(stats=P(), ret=P(axes), ret_abs_max=P())  # type: ignore[arg-type]  # a pytree of specs
     fn = jax.jit(
         jax.shard_map(
             local,
@@ -404,7 +405,7 @@ def distributed(port: int, process_id: int) -> dict:
     try:
         mesh = Mesh(np.array(jax.devices()), ("device",))
         norm = rn.normalize_reward(GAMMA, semantics="purejaxrl", axis_name="device")
-        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))
+        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))  # type: ignore[arg-type]  # a pytree of specs
         fn = jax.jit(
             jax.shard_map(
                 lambda s, *d: scan_steps(norm, s, *d),

@@ -9,7 +9,6 @@ extra to install.
 
 import pathlib
 import re
-import sys
 
 README = pathlib.Path(__file__).parents[1] / "README.md"
 SECTIONS = ("Quickstart", "Gymnasium adapter")
@@ -49,4 +48,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -20,7 +20,7 @@ from rewardnorm_jax.gymnasium import vector as rn_gym_vector
 def assert_bit_identical(a, b):
     leaves_a, tree_a = jax.tree.flatten(a)
     leaves_b, tree_b = jax.tree.flatten(b)
-    assert tree_a == tree_b
+    assert tree_a == tree_b  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
     for x, y in zip(leaves_a, leaves_b, strict=True):
         assert type(x) is type(y) or (isinstance(x, jax.Array) and isinstance(y, jax.Array))
         assert np.asarray(x).dtype == np.asarray(y).dtype
@@ -169,7 +169,7 @@ def test_a_pickle_is_refused_and_never_executed():
         rn.load_state(rn.normalize_reward().init(), pickle.dumps(_Exploit()))
     assert not _Exploit.ran
     with pytest.raises(ValueError, match="data should be the bytes"):
-        rn.load_state(rn.normalize_reward().init(), "a path")
+        rn.load_state(rn.normalize_reward().init(), "a path")  # type: ignore[arg-type]  # deliberately invalid
 
 
 def test_metadata_must_be_plain_values():
@@ -321,10 +321,10 @@ def test_gymnasium_wrappers_save_and_load_continue_bit_for_bit(tmp_path):
     env.save(tmp_path / "one.msgpack")
     with pytest.raises(ValueError, match="metadata 'wrapper'"):
         rn_gym_vector.NormalizeReward(base_envs()).load(tmp_path / "one.msgpack")
-    restored = rn_gym.NormalizeReward(gym.make("CartPole-v1"))
-    restored.load(tmp_path / "one.msgpack")
-    assert restored.discounted_reward.tobytes() == env.discounted_reward.tobytes()
-    assert restored.return_rms.get_state() == env.return_rms.get_state()
+    restored_one = rn_gym.NormalizeReward(gym.make("CartPole-v1"))
+    restored_one.load(tmp_path / "one.msgpack")
+    assert restored_one.discounted_reward.tobytes() == env.discounted_reward.tobytes()
+    assert restored_one.return_rms.get_state() == env.return_rms.get_state()
 
 
 V1_CHECKPOINTS = {

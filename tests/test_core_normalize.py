@@ -335,10 +335,10 @@ def test_init_and_step_give_the_same_pytree_structure_and_dtypes():
     norm = rn.normalize_reward()
     state = norm.init((4,))
     _, stepped = norm.step(state, jnp.ones(4), False, False)
-    assert jax.tree.structure(state) == jax.tree.structure(stepped)
+    assert jax.tree.structure(state) == jax.tree.structure(stepped)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
     assert [x.dtype for x in jax.tree.leaves(state)] == [x.dtype for x in jax.tree.leaves(stepped)]
     chosen = jax.lax.cond(True, lambda: state, lambda: stepped)
-    assert jax.tree.structure(chosen) == jax.tree.structure(state)
+    assert jax.tree.structure(chosen) == jax.tree.structure(state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
 
 
 def test_state_round_trips_through_flax_serialization_bit_exactly():
@@ -387,7 +387,7 @@ def test_stateless_transform_errors():
     with pytest.raises(ValueError, match="low should not exceed high"):
         rn.clip_reward(1.0, -1.0)
     with pytest.raises(ValueError, match="fn should be callable"):
-        rn.transform_reward(3.0)
+        rn.transform_reward(3.0)  # type: ignore[arg-type]  # deliberately invalid
     with pytest.raises(ValueError, match="scale should be a finite number"):
         rn.scale_reward(float("inf"))
     with pytest.raises(ValueError, match="chain of 2 transforms got a state"):

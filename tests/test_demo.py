@@ -32,6 +32,13 @@ ARMS = (True, False)
 NUMBER = r"(-?[\d.]+) ± +([\d.]+)"
 
 
+def search(pattern: str, text: str) -> re.Match[str]:
+    """``re.search`` that fails the test when nothing matches."""
+    found = re.search(pattern, text)
+    assert found is not None, (pattern, text)
+    return found
+
+
 def run_main(argv):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -75,7 +82,7 @@ def test_cli_prints_progress_and_learns(trained):
     assert "saved checkpoint" in output
     assert "total wall time" in output
     returns = {
-        arm: [float(re.search(arm + " +" + NUMBER, line).group(1)) for line in progress]
+        arm: [float(search(arm + " +" + NUMBER, line).group(1)) for line in progress]
         for arm in ("normalized", "raw")
     }
     # The sampled policies start near random (episodes of about 20-40 steps) and
@@ -100,6 +107,7 @@ def test_table_shows_both_arms_from_the_run(trained, reference):
         cells = [re.fullmatch(" *" + NUMBER + " *", cell) for cell in row.split("|")[1:]]
         for cell, arm in zip(cells, (curves[:2], curves[2:]), strict=True):
             values = arm[:, update - 1]
+            assert cell is not None, row
             assert cell.groups() == (f"{values.mean():.2f}", f"{values.std():.2f}")
 
 
@@ -243,7 +251,7 @@ def test_init_runners_rejects_bad_arms():
     with pytest.raises(ValueError, match="normalize should be a bool or a non-empty sequence"):
         ppo.init_runners(SMALL, 0, 1, normalize=())
     with pytest.raises(ValueError, match="got 'yes'"):
-        ppo.init_runners(SMALL, 0, 1, normalize="yes")
+        ppo.init_runners(SMALL, 0, 1, normalize="yes")  # type: ignore[arg-type]  # deliberately invalid
 
 
 @pytest.mark.parametrize(
@@ -356,7 +364,7 @@ def test_initialisation_factorizes_one_matrix_at_a_time():
     assert shapes
     assert all(len(shape) == 2 for shape in shapes)
     runners = ppo.init_runners(SMALL, seed=0, num_seeds=3, normalize=ARMS)
-    assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 6))
+    assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 6))  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
     assert all(leaf.shape[0] == 6 for leaf in jax.tree.leaves(runners))
     # Seed i of both arms starts from the same networks and environments.
     np.testing.assert_array_equal(ppo.normalizes(runners), [True] * 3 + [False] * 3)

@@ -7,6 +7,8 @@ recurrence), per-environment statistics against Gymnasium's own single-env
 floor from SimbaV2's published formula.
 """
 
+from typing import Any
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -24,7 +26,9 @@ def weighted_reference(batches, masks, beta):
     A sample merged ``k`` non-empty updates ago weighs ``beta**k``; the prior
     (mean 0, variance 1, weight 1e-4) decays the same way.
     """
-    values, ages, prior_age = [], [], 0
+    values: list[float] = []
+    ages: list[int] = []
+    prior_age = 0
     for batch, mask in zip(batches, masks, strict=True):
         selected = np.asarray(batch, np.float64)[np.asarray(mask, bool)]
         if selected.size == 0:
@@ -33,11 +37,11 @@ def weighted_reference(batches, masks, beta):
         prior_age += 1
         values.extend(selected.tolist())
         ages.extend([0] * selected.size)
-    values, weights = np.array(values), beta ** np.array(ages, np.float64)
+    samples, weights = np.array(values), beta ** np.array(ages, np.float64)
     prior_weight = 1e-4 * beta**prior_age
     total = weights.sum() + prior_weight
-    mean = (weights * values).sum() / total
-    m2 = (weights * (values - mean) ** 2).sum() + prior_weight * (1.0 + mean**2)
+    mean = (weights * samples).sum() / total
+    m2 = (weights * (samples - mean) ** 2).sum() + prior_weight * (1.0 + mean**2)
     return mean, m2 / total, total
 
 
@@ -262,13 +266,14 @@ def test_g_max_floor_matches_simba_formula():
 
 
 def test_state_structure_is_stable_under_scan_and_cond():
-    for kwargs in ({"decay": 0.99, "shared": False, "g_max": 10.0},):
+    configs: list[dict[str, Any]] = [{"decay": 0.99, "shared": False, "g_max": 10.0}]
+    for kwargs in configs:
         norm = rn.normalize_reward(**kwargs)
         state = norm.init((3,))
         step = jax.jit(norm.step)
         flags = jnp.zeros(3, bool)
         _, new_state = step(state, jnp.ones(3), flags, flags, jnp.bool_(True))
-        assert jax.tree.structure(state) == jax.tree.structure(new_state)
+        assert jax.tree.structure(state) == jax.tree.structure(new_state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
         for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
             assert a.dtype == b.dtype
             assert a.shape == b.shape

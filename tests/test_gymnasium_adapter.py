@@ -9,6 +9,7 @@ import importlib.util
 import math
 import os
 import pickle
+from typing import Any
 
 import gymnasium as gym
 import jax
@@ -48,7 +49,7 @@ def run_side_by_side(env_id, steps, seed, freeze=(), **kwargs):
     """Steps Gymnasium's wrapper and ours on identically seeded envs and actions."""
     theirs = gym_wrappers.NormalizeReward(gym.make(env_id), **kwargs)
     ours = NormalizeReward(gym.make(env_id), **kwargs)
-    results = {"theirs": [], "ours": []}
+    results: dict[str, list[tuple]] = {"theirs": [], "ours": []}
     for name, env in (("theirs", theirs), ("ours", ours)):
         env.reset(seed=seed)
         env.action_space.seed(seed)
@@ -68,10 +69,11 @@ def test_golden_mountain_car_continuous():
             env = NormalizeReward(env, gamma=0.99, epsilon=1e-8)
         env.reset(seed=123)
         env.action_space.seed(123)
-        rewards, terminated, truncated = [], False, False
+        rewards: list[float] = []
+        terminated, truncated = False, False
         while not (terminated or truncated):
             _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-            rewards.append(reward)
+            rewards.append(float(reward))
         assert len(rewards) == 999
         np.testing.assert_allclose(np.var(rewards), golden, rtol=RTOL, atol=0)
 
@@ -106,7 +108,7 @@ def test_bit_identical_to_gymnasium_with_its_own_statistics_object():
     theirs = gym_wrappers.NormalizeReward(gym.make("CartPole-v1"))
     ours = NormalizeReward(gym.make("CartPole-v1"))
     ours.return_rms = GymRunningMeanStd(shape=())
-    outputs = {}
+    outputs: dict[Any, list] = {}
     for env in (theirs, ours):
         env.reset(seed=3)
         env.action_space.seed(3)
@@ -194,6 +196,7 @@ def test_wrapper_interface_matches_gymnasium():
     assert env._saved_kwargs == {"gamma": 0.95, "epsilon": 1e-6}
     np.testing.assert_array_equal(env.discounted_reward, np.array([0.0]))
     # The spec rebuilds the wrapper stack, ours included.
+    assert env.spec is not None
     rebuilt = gym.make(env.spec)
     assert isinstance(rebuilt, NormalizeReward)
     assert rebuilt.gamma == 0.95
@@ -253,7 +256,9 @@ def test_conversion_to_and_from_the_jax_core():
     np.testing.assert_allclose(back.mean, rms.mean, rtol=1e-13)
     np.testing.assert_allclose(back.m2, rms.m2, rtol=1e-13)
     # Core float32 statistics -> host -> core is exact, low words included.
-    core32 = jax.jit(rn.merge_stats)(rn.init_stats((), np.float32), np.float32([0.1, 0.7, 1.3]))
+    core32 = jax.jit(rn.merge_stats)(
+        rn.init_stats((), np.float32), np.array([0.1, 0.7, 1.3], np.float32)
+    )
     again = RunningMeanStd.from_running_stats(core32).to_running_stats(np.float32)
     for name in ("mean", "mean_low", "m2", "m2_low", "count_hi", "count_lo"):
         np.testing.assert_array_equal(getattr(again, name), getattr(core32, name))
@@ -279,7 +284,7 @@ def test_running_mean_std_matches_gymnasiums():
 
 
 def test_transform_and_clip_reward_match_gymnasium():
-    pairs = [
+    pairs: list[tuple[Any, Any, str, dict[str, Any]]] = [
         (
             gym_wrappers.TransformReward,
             TransformReward,
@@ -320,7 +325,7 @@ def test_transform_and_clip_reward_errors():
     with pytest.raises(InvalidBound, match=r"Min reward \(1.0\) must be smaller than max reward"):
         ClipReward(ScriptedEnv([]), 1.0, 0.5)
     with pytest.raises(ValueError, match="func should be callable"):
-        TransformReward(ScriptedEnv([]), 3.0)
+        TransformReward(ScriptedEnv([]), 3.0)  # type: ignore[arg-type]  # deliberately invalid
 
 
 def scripted_stream(steps, seed):
@@ -342,10 +347,10 @@ def test_single_env_runs_the_jax_cores_code_bit_for_bit():
     freeze = set(range(100, 130))
     env = NormalizeReward(ScriptedEnv(script), gamma=0.95, epsilon=1e-6)
     env.reset()
-    wrapper_rewards = []
+    wrapper_rewards: list[float] = []
     for t in range(len(script)):
         env.update_running_mean = t not in freeze
-        wrapper_rewards.append(env.step(0)[1])
+        wrapper_rewards.append(float(env.step(0)[1]))
     with jax.enable_x64(True):
         norm = rn.normalize_reward(gamma=0.95, epsilon=1e-6, dtype=np.float64)
         step = jax.jit(norm.step)
@@ -391,7 +396,7 @@ def test_numpy_scalar_hyperparameters_compute_as_python_floats(dtype):
 def test_float32_gamma_matches_gymnasium_to_float64_rounding():
     theirs = gym_wrappers.NormalizeReward(gym.make("CartPole-v1"), gamma=float(np.float32(0.99)))
     ours = NormalizeReward(gym.make("CartPole-v1"), gamma=np.float32(0.99))
-    rewards = {}
+    rewards: dict[Any, list] = {}
     for env in (theirs, ours):
         env.reset(seed=1)
         env.action_space.seed(1)
@@ -459,7 +464,7 @@ def test_set_state_rejects_statistics_no_merge_produces(field, value, message):
     with pytest.raises(ValueError, match=message):
         RunningMeanStd.from_state(state)
     with pytest.raises(ValueError, match="state should be a mapping"):
-        RunningMeanStd.from_state([0.0, 1.0, 3])
+        RunningMeanStd.from_state([0.0, 1.0, 3])  # type: ignore[arg-type]  # deliberately invalid
 
 
 def test_gymnasium_attributes_are_assignable_as_in_gymnasium():
@@ -536,13 +541,15 @@ def test_hyperparameters_assigned_later_are_checked(name, value):
     with pytest.raises(ValueError, match=f"{name} should be a real number"):
         setattr(env, name, "0.5")
     with pytest.raises(ValueError, match="gamma should be a real number"):
-        NormalizeReward(ScriptedEnv([]), gamma=None)
+        NormalizeReward(ScriptedEnv([]), gamma=None)  # type: ignore[arg-type]  # deliberately invalid
 
 
 def test_benchmark_script_runs_with_tiny_sizes(capsys):
     """Smoke test of benchmarks/gymnasium_overhead.py (no timing asserted)."""
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gymnasium_overhead.py")
     spec = importlib.util.spec_from_file_location("gymnasium_overhead", path)
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(["--steps", "3", "--repeats", "1", "--num-envs", "1", "16", "--markdown"])

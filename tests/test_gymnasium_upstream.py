@@ -20,6 +20,10 @@ module runs only where Gymnasium 1.4 or newer is installed: the ``newest`` nox
 session.
 """
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -70,7 +74,7 @@ class RandomRewardEnv(gym.Env):
 def make_vec(mode: AutoresetMode) -> SyncVectorEnv:
     """``NUM_ENVS`` environments with different time limits, so episodes end out of step."""
     return SyncVectorEnv(
-        [lambda i=i: RandomRewardEnv(max_steps=17 + 6 * i) for i in range(NUM_ENVS)],
+        [functools.partial(RandomRewardEnv, max_steps=17 + 6 * i) for i in range(NUM_ENVS)],
         autoreset_mode=mode,
     )
 
@@ -79,7 +83,8 @@ def transform(reward):
     return 2.0 * reward - 0.5
 
 
-SINGLE = {
+# Constructors of (our wrapper, Gymnasium's wrapper) by name.
+SINGLE: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "NormalizeReward": (
         lambda env: rn_gym.NormalizeReward(env, gamma=GAMMA),
         lambda env: gym_wrappers.NormalizeReward(env, gamma=GAMMA),
@@ -93,7 +98,7 @@ SINGLE = {
         lambda env: gym_wrappers.TransformReward(env, transform),
     ),
 }
-VECTOR = {
+VECTOR: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "NormalizeReward": (
         lambda envs: rn_vector.NormalizeReward(envs, gamma=GAMMA),
         lambda envs: gym_vector.NormalizeReward(envs, gamma=GAMMA),
@@ -148,9 +153,8 @@ def test_single_env_wrappers_match_gymnasium(name):
 def partial_reset(ours, theirs, mask: np.ndarray) -> None:
     """Resets the environments in ``mask``; checks ours, then mends Gymnasium's (see above)."""
     normalize = isinstance(ours, rn_vector.NormalizeReward)
-    if normalize:
-        kept = ours.accumulated_reward[~mask].copy()
-        kept_dones = theirs._prev_dones[~mask].copy()
+    kept = ours.accumulated_reward[~mask].copy() if normalize else None
+    kept_dones = theirs._prev_dones[~mask].copy() if normalize else None
     # Fresh options dicts: the vector environment pops "reset_mask" from them.
     ours.reset(options={"reset_mask": mask.copy()})
     theirs.reset(options={"reset_mask": mask.copy()})

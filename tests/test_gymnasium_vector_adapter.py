@@ -6,6 +6,7 @@ of SEMANTICS.md's 1.4.0 formulas written below (1.3.0 has bugs there).
 """
 
 import math
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -73,7 +74,8 @@ def reference(events, same_step, gamma=0.99, epsilon=1e-8):
     Partial resets zero only the masked returns; non-finite rewards are skipped.
     """
     rms = GymRunningMeanStd(shape=())
-    acc = prev = None
+    acc: np.ndarray | None = None
+    prev = np.zeros((), bool)  # replaced, with acc, at the first step
     outputs = []
     for event in events:
         if event[0] == "reset":
@@ -217,7 +219,8 @@ def test_missing_autoreset_metadata_means_next_step():
     rewards = np.arange(1.0, 13.0).reshape(6, 2)
     terminated = np.zeros((6, 2), bool)
     terminated[2, 0] = True
-    outputs = {}
+    outputs: dict[bool, list[np.ndarray]] = {}
+    metadata: dict[str, Any] | None
     for metadata in ({}, None):  # no key, explicit NEXT_STEP
         envs = NormalizeReward(ScriptedVectorEnv(rewards, terminated, metadata=metadata))
         envs.reset()
@@ -303,7 +306,7 @@ def test_wrapper_interface_matches_gymnasium():
 
 
 def test_transform_and_clip_reward_match_gymnasium():
-    pairs = [
+    pairs: list[tuple[Any, Any, dict[str, Any]]] = [
         (gym_vector.TransformReward, TransformReward, {"func": lambda r: (r - 1.0) * 2.0}),
         (gym_vector.ClipReward, ClipReward, {"min_reward": -0.05, "max_reward": 0.0}),
         (gym_vector.ClipReward, ClipReward, {"min_reward": -0.02}),
@@ -328,7 +331,7 @@ def test_clip_reward_leaves_the_environment_array_alone():
     with pytest.raises(InvalidBound, match="must be smaller than max reward"):
         ClipReward(inner, 2.0, 1.0)
     with pytest.raises(ValueError, match="func should be callable"):
-        TransformReward(inner, None)
+        TransformReward(inner, None)  # type: ignore[arg-type]  # deliberately invalid
 
 
 def test_numpy_scalar_hyperparameters_compute_as_python_floats():
@@ -422,17 +425,18 @@ def test_hyperparameters_assigned_later_are_checked(name, value):
     with pytest.raises(InvalidBound, match=f"`{name}` should be"):
         setattr(envs, name, value)
     with pytest.raises(ValueError, match="epsilon should be a real number"):
-        NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), epsilon=[1e-8])
+        NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), epsilon=[1e-8])  # type: ignore[arg-type]  # deliberately invalid
 
 
 def test_rewards_of_another_shape_are_refused():
     envs = NormalizeReward(ScriptedVectorEnv(np.zeros((2, 3))))
-    envs.env.rewards = np.zeros((2, 3, 1))  # one column per environment: would broadcast
+    # One column per environment: would broadcast (envs.env is the ScriptedVectorEnv).
+    envs.env.rewards = np.zeros((2, 3, 1))  # type: ignore[attr-defined]
     envs.reset()
     with pytest.raises(ValueError, match=r"rewards of shape \(3, 1\); expected \(3,\)"):
         envs.step(None)
     with pytest.raises(ValueError, match="update_running_mean should be True or False"):
-        envs.update_running_mean = "False"
+        envs.update_running_mean = "False"  # type: ignore[assignment]  # deliberately invalid
     with pytest.raises(InvalidBound, match="`min_reward` should not be NaN"):
         ClipReward(envs, np.array([0.0, math.nan, 0.0]), 1.0)
 

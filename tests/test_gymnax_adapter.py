@@ -246,7 +246,7 @@ def test_reset_and_step_give_identical_pytrees_under_lax_cond(make, batched):
 
     state, new_state = jax.eval_shape(reset_or_step, True)
     assert isinstance(state, rgx.RewardWrapperState)
-    assert jax.tree.structure(new_state) == jax.tree.structure(state)
+    assert jax.tree.structure(new_state) == jax.tree.structure(state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
     assert jax.tree.leaves(new_state) == jax.tree.leaves(state)  # shapes and dtypes
 
 
@@ -428,8 +428,8 @@ def test_normalize_reward_passes_options_to_the_core():
         (lambda env: rgx.NormalizeReward(env, clip=-1.0), "clip"),
         (lambda env: rgx.NormalizeReward(env, dtype=jnp.float16), "dtype"),
         (lambda env: rgx.ClipReward(env, 1.0, -1.0), "low"),
-        (lambda env: rgx.TransformReward(env, 3.0), "fn"),
-        (lambda env: rgx.RewardTransformWrapper(env, jnp.tanh), "transform"),
+        (lambda env: rgx.TransformReward(env, 3.0), "fn"),  # type: ignore[arg-type]  # deliberately invalid
+        (lambda env: rgx.RewardTransformWrapper(env, jnp.tanh), "transform"),  # type: ignore[arg-type]  # deliberately invalid
     ],
 )
 def test_invalid_arguments_raise_value_error(build, message):

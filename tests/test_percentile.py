@@ -127,7 +127,7 @@ def test_shard_map_sees_the_percentiles_as_replicated():
 
     mesh = Mesh(np.array(jax.devices()[:1]), ("d",))
     scaler = rn.percentile_scale_reward(axis_name="d")
-    spec = rn.PercentileScaleRewardState(percentiles=P(), ret=P("d"))
+    spec = rn.PercentileScaleRewardState(percentiles=P(), ret=P("d"))  # type: ignore[arg-type]  # a pytree of specs
     step = jax.jit(
         jax.shard_map(scaler.step, mesh=mesh, in_specs=(spec, P("d")), out_specs=(P("d"), spec))
     )
@@ -177,7 +177,7 @@ def test_chain_vmap_and_state_structure():
     step = jax.jit(jax.vmap(transform.step))
     state = jax.vmap(lambda _: transform.init((32,)))(jnp.arange(3))
     out, new_state = step(state, rewards)
-    assert jax.tree.structure(state) == jax.tree.structure(new_state)
+    assert jax.tree.structure(state) == jax.tree.structure(new_state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
         assert a.shape == b.shape
         assert a.dtype == b.dtype

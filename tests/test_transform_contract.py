@@ -94,10 +94,10 @@ class EveryTransform(chex.TestCase):
         )
         for bad in [-1, (2, -1)]:
             with pytest.raises(ValueError, match=r"batch_shape should hold sizes >= 0, got"):
-                transform.init(bad)
+                transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
         for bad in [None, 2.0, "4", (2, None), True, (2.0,)]:
             with pytest.raises(TypeError, match=r"batch_shape should be an int or a tuple of ints"):
-                transform.init(bad)
+                transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
 
     @chex.variants(with_jit=True, without_jit=True)
     @parameterized.named_parameters([(name, name) for name in BATCHED])
@@ -178,7 +178,7 @@ def test_init_stats_takes_the_same_shapes():
     with pytest.raises(ValueError, match=r"shape should hold sizes >= 0, got shape=-2"):
         rn.init_stats(-2)
     with pytest.raises(TypeError, match=r"shape should be an int or a tuple of ints"):
-        rn.init_stats(None)
+        rn.init_stats(None)  # type: ignore[arg-type]  # deliberately invalid
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import numbers
 import operator
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -15,12 +15,16 @@ from flax.core import FrozenDict
 
 PyTree = Any
 Shape = tuple[int, ...]
+ShapeLike = int | np.integer | Sequence[int]
+"""A ``batch_shape`` argument: a size ``n`` (meaning ``(n,)``) or a sequence of sizes."""
+Real = float | np.floating | np.integer | np.ndarray | jax.Array
+"""A hyperparameter: a Python or NumPy number, or a concrete 0-d array (see :func:`is_real`)."""
 
 
 class InitFn(Hashable, Protocol):
     """Signature of :attr:`RewardTransform.init`; hashable, as it keys a cache of state layouts."""
 
-    def __call__(self, batch_shape: Shape = ()) -> PyTree:
+    def __call__(self, batch_shape: ShapeLike = ()) -> PyTree:
         """The initial state for rewards of shape ``batch_shape``."""
         ...
 
@@ -121,7 +125,7 @@ class EmptyState(struct.PyTreeNode):
 def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) -> RewardTransform:
     """Wraps an elementwise reward function as a :class:`RewardTransform`."""
 
-    def init(batch_shape: Shape = ()) -> EmptyState:
+    def init(batch_shape: ShapeLike = ()) -> EmptyState:
         check_batch_shape(batch_shape)
         return EmptyState()
 

@@ -64,7 +64,7 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
       non-finite reward inf at step 1, environment 1 (2 non-finite in this step) (`check` failed)
     """
 
-    def init(batch_shape: base.Shape = ()) -> CheckFiniteRewardState:
+    def init(batch_shape: base.ShapeLike = ()) -> CheckFiniteRewardState:
         base.check_batch_shape(batch_shape)
         return CheckFiniteRewardState(step=jnp.zeros((), jnp.uint32))
 

@@ -127,8 +127,8 @@ def running_max(old, values, mask, axis_name=None) -> jax.Array:
 
 
 def normalize_reward(
-    gamma: float = 0.99,
-    epsilon: float = 1e-8,
+    gamma: base.Real = 0.99,
+    epsilon: base.Real = 1e-8,
     *,
     semantics: "str | sem_lib.Semantics" = "gymnasium",
     clip=_SEMANTICS_DEFAULT,
@@ -264,7 +264,7 @@ def normalize_reward(
     # g_max <= 0 divides by zero or flips the sign of the floor.
     g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
 
-    def init(batch_shape: base.Shape = ()) -> NormalizeRewardState:
+    def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
         batch_shape = base.check_batch_shape(batch_shape)
         stats_shape = () if shared else batch_shape
         return NormalizeRewardState(

@@ -82,9 +82,9 @@ def update_percentiles(
     values: jax.typing.ArrayLike,
     mask: jax.typing.ArrayLike | None = None,
     *,
-    rate: float = 0.01,
-    low: float = 5.0,
-    high: float = 95.0,
+    rate: base.Real = 0.01,
+    low: base.Real = 5.0,
+    high: base.Real = 95.0,
     axis_name=None,
 ) -> PercentileState:
     r"""Moves the averages towards the percentiles of a batch.
@@ -166,7 +166,7 @@ def update_percentiles(
     return new
 
 
-def percentile_scale(state: PercentileState, limit: float = 1.0) -> jax.Array:
+def percentile_scale(state: PercentileState, limit: base.Real = 1.0) -> jax.Array:
     r"""The divisor :math:`\max(\text{limit}, H - L)`.
 
     DreamerV3 divides advantages by it, ``(return - value) / scale``; the low
@@ -196,12 +196,12 @@ def percentile_scale(state: PercentileState, limit: float = 1.0) -> jax.Array:
 
 
 def percentile_scale_reward(
-    gamma: float = 0.99,
+    gamma: base.Real = 0.99,
     *,
-    rate: float = 0.01,
-    low: float = 5.0,
-    high: float = 95.0,
-    limit: float = 1.0,
+    rate: base.Real = 0.01,
+    low: base.Real = 5.0,
+    high: base.Real = 95.0,
+    limit: base.Real = 1.0,
     semantics: "str | sem_lib.Semantics" = "gymnasium",
     dtype=None,
     axis_name=None,
@@ -266,7 +266,7 @@ def percentile_scale_reward(
     rate = _check_update_options(rate, low, high, dtype)
     limit = base.check_positive("limit", limit, dtype)
 
-    def init(batch_shape: base.Shape = ()) -> PercentileScaleRewardState:
+    def init(batch_shape: base.ShapeLike = ()) -> PercentileScaleRewardState:
         return PercentileScaleRewardState(
             percentiles=init_percentiles(dtype),
             ret=jnp.zeros(base.check_batch_shape(batch_shape), dtype),

@@ -176,7 +176,7 @@ def check_decay(decay, dtype) -> float | None:
     return float(decay)
 
 
-def init_stats(shape: tuple[int, ...] = (), dtype=None, *, decay=None) -> RunningStats:
+def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> RunningStats:
     r"""Statistics of the prior alone: mean 0, variance 1, count 1e-4.
 
     Args:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from rewardnorm_jax._src import base
 
 
-def clip_reward(low: float = -1.0, high: float = 1.0) -> base.RewardTransform:
+def clip_reward(low: base.Real = -1.0, high: base.Real = 1.0) -> base.RewardTransform:
     r"""Clips rewards to ``[low, high]``: :math:`\tilde r = \min(\max(r, l), h)`.
 
     Example:
@@ -36,7 +36,7 @@ def clip_reward(low: float = -1.0, high: float = 1.0) -> base.RewardTransform:
     )
 
 
-def scale_reward(scale: float) -> base.RewardTransform:
+def scale_reward(scale: base.Real) -> base.RewardTransform:
     r"""Multiplies rewards by a constant: :math:`\tilde r = c\, r`.
 
     Example:
@@ -89,7 +89,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     if not all(isinstance(t, base.RewardTransform) for t in transforms):
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
 
-    def init(batch_shape: base.Shape = ()) -> tuple:
+    def init(batch_shape: base.ShapeLike = ()) -> tuple:
         batch_shape = base.check_batch_shape(batch_shape)
         return tuple(t.init(batch_shape) for t in transforms)
 

@@ -68,7 +68,7 @@ def _check_eps(eps) -> float:
     return float(eps)
 
 
-def signed_hyperbolic(x: jax.typing.ArrayLike, eps: float = 1e-3) -> jax.Array:
+def signed_hyperbolic(x: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Array:
     r"""Signed hyperbolic transform of MuZero / R2D2; inverse of :func:`signed_parabolic`.
 
     .. math::
@@ -105,7 +105,7 @@ def signed_hyperbolic(x: jax.typing.ArrayLike, eps: float = 1e-3) -> jax.Array:
     return x / (jnp.sqrt(jnp.abs(x) + 1.0) + 1.0) + eps * x
 
 
-def signed_parabolic(y: jax.typing.ArrayLike, eps: float = 1e-3) -> jax.Array:
+def signed_parabolic(y: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Array:
     r"""Exact inverse of :func:`signed_hyperbolic`.
 
     With :math:`u = \sqrt{|x| + 1} - 1 \ge 0`, :math:`h = |y|` solves
@@ -148,7 +148,7 @@ def symlog_reward() -> base.RewardTransform:
     return base.stateless(symlog, base.make_config("symlog_reward"))
 
 
-def signed_hyperbolic_reward(eps: float = 1e-3) -> base.RewardTransform:
+def signed_hyperbolic_reward(eps: base.Real = 1e-3) -> base.RewardTransform:
     """Compresses rewards with :func:`signed_hyperbolic` (R2D2, MuZero).
 
     Raises:

@@ -30,7 +30,7 @@ from rewardnorm_jax._src.extras import requires
 with requires("gymnasium", __name__):
     import gymnasium as gym
 
-from rewardnorm_jax._src import formulas
+from rewardnorm_jax._src import base, formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics, check_returns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
@@ -133,7 +133,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, SavesStatist
 
     _checkpointed = (("discounted_reward", "_discounted_reward"),)
 
-    def __init__(self, env: gym.Env, gamma: float = 0.99, epsilon: float = 1e-8):
+    def __init__(self, env: gym.Env, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the return.
 
         Args:

@@ -73,7 +73,7 @@ class Hyperparameters:
         return self._update_running_mean
 
     @update_running_mean.setter
-    def update_running_mean(self, setting: bool) -> None:
+    def update_running_mean(self, setting: bool | np.bool_) -> None:
         # A string or an array would be truthy (or ambiguous) and freeze nothing.
         if not isinstance(setting, (bool, np.bool_)):
             raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, VectorWrapper
 
-from rewardnorm_jax._src import formulas
+from rewardnorm_jax._src import base, formulas
 from rewardnorm_jax._src import semantics as sem_lib
 from rewardnorm_jax.gymnasium._checkpoint import SavesStatistics, check_returns
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
@@ -123,7 +123,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         ("prev_dones", "_prev_dones"),
     )
 
-    def __init__(self, env: VectorEnv, gamma: float = 0.99, epsilon: float = 1e-8):
+    def __init__(self, env: VectorEnv, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
         """Wraps ``env`` so that its rewards are scaled by the running std of the returns.
 
         Args:
