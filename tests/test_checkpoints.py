@@ -4,10 +4,12 @@ import pickle
 import re
 import zlib
 
+import chex
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 from flax import serialization
 from jax.experimental import checkify
@@ -15,6 +17,7 @@ from jax.experimental import checkify
 import rewardnorm_jax as rn
 from rewardnorm_jax import gymnasium as rn_gym
 from rewardnorm_jax.gymnasium import vector as rn_gym_vector
+from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 
 def assert_bit_identical(a, b):
@@ -67,6 +70,41 @@ def test_round_trip_is_bit_exact_and_the_run_continues_identically(name):
     reward = jnp.array([1.0, -2.0, 0.5, 3.0])
     step = jax.jit(checkify.checkify(transform.step))
     assert_bit_identical(step(state, reward)[1], step(restored, reward)[1])
+
+
+def continues_identically(transform, state, restored):
+    """One more step from ``state`` and from ``restored`` gives the same bits."""
+    step = jax.jit(checkify.checkify(transform.step))
+    reward = jnp.array([1.0, -2.0, 0.5, 3.0])
+    assert_bit_identical(step(state, reward)[1], step(restored, reward)[1])
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_TRANSFORM))
+def test_every_state_round_trips_through_flax_serialization(name):
+    """The state is a plain pytree: flax's own functions and save_state restore it alike."""
+    transform = EVERY_TRANSFORM[name]()
+    state, template = stepped(transform), transform.init((4,))
+    by_bytes = serialization.from_bytes(template, serialization.to_bytes(state))
+    by_dict = serialization.from_state_dict(template, serialization.to_state_dict(state))
+    checked = rn.load_state(template, rn.save_state(state, transform.config), transform.config)
+    for restored in (by_bytes, by_dict, checked):
+        chex.assert_trees_all_equal_shapes_and_dtypes(restored, state)
+        chex.assert_trees_all_equal(restored, state)
+    continues_identically(transform, state, checked)
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_TRANSFORM))
+def test_every_state_round_trips_through_orbax(name, tmp_path):
+    transform = EVERY_TRANSFORM[name]()
+    state = stepped(transform)
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, transform.init((4,)))
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "state", state)
+        checkpointer.wait_until_finished()
+        restored = checkpointer.restore(tmp_path / "state", abstract)
+    chex.assert_trees_all_equal_shapes_and_dtypes(restored, state)
+    chex.assert_trees_all_equal(restored, state)
+    continues_identically(transform, state, restored)
 
 
 def test_round_trip_float64_under_x64_and_nan_payloads():

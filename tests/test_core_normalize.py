@@ -3,6 +3,7 @@
 import functools
 
 import gymnasium as gym
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -216,8 +217,7 @@ def test_freeze_is_a_traced_flag_inside_jit():
     for _ in range(5):
         _, state = step(state, jnp.array([1.0, 2.0]), False, False, True)
     frozen_out, frozen = step(state, jnp.array([5.0, 5.0]), False, False, jnp.array(False))
-    for a, b in zip(jax.tree.leaves(state.stats), jax.tree.leaves(frozen.stats), strict=True):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(frozen.stats, state.stats)
     assert not np.array_equal(frozen.ret, state.ret)  # gymnasium: G keeps accumulating
     np.testing.assert_allclose(frozen_out, norm.normalize(state, jnp.array([5.0, 5.0])), rtol=1e-6)
     sb3 = rn.normalize_reward(semantics="sb3")
@@ -294,8 +294,7 @@ def test_one_nan_in_a_million_steps_changes_nothing():
     norm = rn.normalize_reward()
     out_poisoned, _, state_poisoned = run_stream(norm, poisoned, terminated, no_flags)
     _, _, state_clean = run_stream(norm, clean, clean_terminated, no_flags[1:])
-    for a, b in zip(jax.tree.leaves(state_poisoned), jax.tree.leaves(state_clean), strict=True):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(state_poisoned, state_clean)
     assert np.isnan(out_poisoned[position])
     assert np.isfinite(np.delete(np.asarray(out_poisoned), position)).all()
 
@@ -335,10 +334,9 @@ def test_init_and_step_give_the_same_pytree_structure_and_dtypes():
     norm = rn.normalize_reward()
     state = norm.init((4,))
     _, stepped = norm.step(state, jnp.ones(4), False, False)
-    assert jax.tree.structure(state) == jax.tree.structure(stepped)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
-    assert [x.dtype for x in jax.tree.leaves(state)] == [x.dtype for x in jax.tree.leaves(stepped)]
+    chex.assert_trees_all_equal_shapes_and_dtypes(stepped, state)
     chosen = jax.lax.cond(True, lambda: state, lambda: stepped)
-    assert jax.tree.structure(chosen) == jax.tree.structure(state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
+    chex.assert_trees_all_equal_shapes_and_dtypes(chosen, state)
 
 
 def test_state_round_trips_through_flax_serialization_bit_exactly():
@@ -350,9 +348,8 @@ def test_state_round_trips_through_flax_serialization_bit_exactly():
         jnp.zeros((20, 3), bool),
     )
     restored = serialization.from_bytes(norm.init((3,)), serialization.to_bytes(state))
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(restored), strict=True):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal_shapes_and_dtypes(restored, state)
+    chex.assert_trees_all_equal(restored, state)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Running statistics: the Chan merge, masks, exact count, pytree behaviour."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,8 +71,7 @@ def test_one_batch_equals_sequential_batches(values, split):
 def test_masked_entries_may_hold_nan_and_change_nothing():
     stats = rn.merge_stats(rn.init_stats(), jnp.array([1.0, 2.0]))
     after = rn.merge_stats(stats, jnp.array([jnp.nan, jnp.inf]), jnp.array([False, False]))
-    for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(after), strict=True):
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal(after, stats)
 
 
 def test_count_exact_past_two_to_the_32_with_uneven_batches():
@@ -112,6 +112,5 @@ def test_shape_errors_are_clear():
 def test_stats_round_trip_through_flax_serialization_bit_exactly():
     stats = rn.merge_stats(rn.init_stats(), jnp.array([0.1, 0.7, -3.3]))
     restored = serialization.from_bytes(rn.init_stats(), serialization.to_bytes(stats))
-    for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(restored), strict=True):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
+    chex.assert_trees_all_equal_shapes_and_dtypes(restored, stats)
+    chex.assert_trees_all_equal(restored, stats)

@@ -10,6 +10,7 @@ floor from SimbaV2's published formula.
 from typing import Any
 
 import gymnasium as gym
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -273,17 +274,11 @@ def test_state_structure_is_stable_under_scan_and_cond():
         step = jax.jit(norm.step)
         flags = jnp.zeros(3, bool)
         _, new_state = step(state, jnp.ones(3), flags, flags, jnp.bool_(True))
-        assert jax.tree.structure(state) == jax.tree.structure(new_state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
-        for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
-            assert a.dtype == b.dtype
-            assert a.shape == b.shape
+        chex.assert_trees_all_equal_shapes_and_dtypes(new_state, state)
         frozen, frozen_state = step(new_state, jnp.full(3, 9.0), flags, flags, jnp.bool_(False))
         expected = jax.jit(norm.normalize)(new_state, jnp.full(3, 9.0))
         np.testing.assert_allclose(frozen, expected, rtol=1e-6)
-        for a, b in zip(
-            jax.tree.leaves(frozen_state.stats), jax.tree.leaves(new_state.stats), strict=True
-        ):
-            np.testing.assert_array_equal(a, b)
+        chex.assert_trees_all_equal(frozen_state.stats, new_state.stats)
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ start at 0, ``x' = (1 - rate) x + rate * percentile``, and the divisor is
 ``max(limit, high - low)``.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -177,10 +178,7 @@ def test_chain_vmap_and_state_structure():
     step = jax.jit(jax.vmap(transform.step))
     state = jax.vmap(lambda _: transform.init((32,)))(jnp.arange(3))
     out, new_state = step(state, rewards)
-    assert jax.tree.structure(state) == jax.tree.structure(new_state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True):
-        assert a.shape == b.shape
-        assert a.dtype == b.dtype
+    chex.assert_trees_all_equal_shapes_and_dtypes(new_state, state)
     single = jax.jit(transform.step)
     for g in range(3):
         out_g, _ = single(transform.init((32,)), rewards[g])
