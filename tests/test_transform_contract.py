@@ -157,7 +157,8 @@ def test_mismatch_messages_name_the_hyperparameter():
     ):
         rn.normalize_reward(g_max=10).step(rn.normalize_reward().init(), 1.0)
     with pytest.raises(
-        ValueError, match=r"stats/mean: the state has float32\[4\], this transform expects float32"
+        ValueError,
+        match=r"stats/moments: the state has float32\[4, 4\], this transform expects float32\[4\]",
     ):
         rn.normalize_reward().step(rn.normalize_reward(shared=False).init(4), jnp.ones(4))
     with pytest.raises(
@@ -169,7 +170,7 @@ def test_mismatch_messages_name_the_hyperparameter():
         chained.step((rn.EmptyState(), rn.normalize_reward(decay=0.5).init()), 1.0)
     with jax.enable_x64(True):
         wide = rn.normalize_reward(dtype=jnp.float64).init()
-    with pytest.raises(ValueError, match=r"stats/m2: the state has float64\[\], this transform"):
+    with pytest.raises(ValueError, match=r"stats/moments: the state has float64\[4\], this"):
         rn.normalize_reward(dtype=jnp.float32).update(wide, 1.0)
 
 

@@ -29,7 +29,7 @@ STATE_HINTS = {
     "": "shared,dtype",
     "ret": "dtype",
     "stats/decay": "decay",
-    "stats/weight": "decay",
+    "stats/moments": "decay,shared,dtype",
     "ret_abs_max": "g_max,shared",
 }
 
