@@ -13,11 +13,11 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import serialization
 from jax.experimental import checkify
+from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 import rewardnorm_jax as rn
 from rewardnorm_jax import gymnasium as rn_gym
 from rewardnorm_jax.gymnasium import vector as rn_gym_vector
-from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 
 def assert_bit_identical(a, b):

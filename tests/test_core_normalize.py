@@ -2,8 +2,8 @@
 
 import functools
 
-import gymnasium as gym
 import chex
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -9,8 +9,8 @@ floor from SimbaV2's published formula.
 
 from typing import Any
 
-import gymnasium as gym
 import chex
+import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
