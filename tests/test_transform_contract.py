@@ -227,3 +227,49 @@ def test_float64_statistics_accept_what_float32_cannot_hold():
     # decay 0 forgets the prior: one sample, variance 0, so the divisor is sqrt(1e-50).
     assert float(state.stats.var) == 0.0
     np.testing.assert_allclose(out, 1e25, rtol=1e-12)
+
+
+def test_factors_that_do_not_fit_the_reward_dtype_are_refused_when_traced():
+    big = rn.scale_reward(1e300)  # inf in float32, fine in float64
+    with pytest.raises(ValueError, match=r"scale=1e\+300 is not a normal float32 number"):
+        jax.jit(big.step)(big.init(), jnp.ones(2))
+    with pytest.raises(ValueError, match=r"scale=1e-300 is not a normal float32 number"):
+        rn.scale_reward(1e-300).normalize(rn.EmptyState(), jnp.ones(2))
+    with jax.enable_x64(True):
+        np.testing.assert_array_equal(big.normalize(big.init(), jnp.ones(2, jnp.float64)), 1e300)
+    zero = rn.scale_reward(0.0)
+    np.testing.assert_array_equal(zero.normalize(zero.init(), jnp.ones(2)), 0.0)
+    with pytest.raises(ValueError, match=r"eps=100000.0 is not a normal float16 number"):
+        rn.signed_hyperbolic(jnp.ones(2, jnp.float16), 1e5)
+    with pytest.raises(ValueError, match=r"eps=100000.0 is not a normal float16 number"):
+        rn.signed_parabolic(jnp.ones(2, jnp.float16), 1e5)
+
+
+def test_functions_that_are_not_elementwise_are_refused():
+    total = rn.transform_reward(jnp.sum)
+    with pytest.raises(ValueError, match=r"turns shape \(3,\) into \(\)"):
+        total.step(total.init(3), jnp.ones(3))
+    outer = rn.transform_reward(lambda r: r[:, None] * r)
+    with pytest.raises(ValueError, match=r"turns shape \(3,\) into \(3, 3\)"):
+        jax.jit(outer.normalize)(outer.init(3), jnp.ones(3))
+
+
+def test_statistics_functions_name_a_wrong_state():
+    with pytest.raises(TypeError, match=r"stats should be a RunningStats .* got PercentileState"):
+        rn.merge_stats(rn.init_percentiles(), jnp.ones(3))
+    with pytest.raises(TypeError, match=r"stats should be a RunningStats .* got tuple"):
+        rn.count_as_int((1, 2))
+    with pytest.raises(ValueError, match="state should be a PercentileState"):
+        rn.update_percentiles(rn.init_stats(), jnp.ones(3))
+    with pytest.raises(ValueError, match="state should be a PercentileState"):
+        rn.percentile_scale(rn.init_stats())
+
+
+def test_flags_and_semantics_are_type_checked():
+    with pytest.raises(TypeError, match="shared should be a bool, got shared='no'"):
+        rn.normalize_reward(shared="no")
+    assert rn.normalize_reward(shared=np.bool_(False)).config["shared"] is False
+    with pytest.raises(ValueError, match="clip should be a positive number or None, got clip=-1"):
+        rn.Semantics("mine", "never", "never", clip=-1.0)
+    with pytest.raises(TypeError, match="freeze_stops_return should be a bool"):
+        rn.Semantics("mine", "never", "never", freeze_stops_return="yes")

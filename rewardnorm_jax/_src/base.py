@@ -136,7 +136,14 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
 
     def normalize(state, reward):
         check_state(state, init, (), config)
-        return fn(jnp.asarray(reward))
+        reward = jnp.asarray(reward)
+        out = fn(reward)
+        if jnp.shape(out) != reward.shape:  # a reduction or broadcast would mix environments
+            raise ValueError(
+                f"{config.get('transform', 'the transform')} must map rewards elementwise, "
+                f"but its function turns shape {reward.shape} into {jnp.shape(out)}."
+            )
+        return out
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         del terminated, truncated, update_stats, active
@@ -307,6 +314,23 @@ def is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def check_fits(name: str, value: float, dtype) -> None:
+    """Raises a ValueError if a nonzero ``value`` rounds to 0 or inf in ``dtype``.
+
+    For hyperparameters that multiply arrays whose dtype is known only when
+    the function is traced (``scale_reward``'s factor, the ``eps`` of the
+    value transforms).
+    """
+    info = jnp.finfo(dtype)
+    if value != 0 and not float(info.tiny) <= abs(value) <= float(info.max):
+        raise ValueError(
+            f"{name}={value!r} is not a normal {np.dtype(dtype).name} number (its magnitude "
+            f"must be 0 or from {float(info.tiny):.4g} to {float(info.max):.4g}), and "
+            f"{np.dtype(dtype).name} is the dtype it is applied in: pass inputs of a wider "
+            f"dtype or a smaller {name}."
+        )
+
+
 def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float:
     """A positive hyperparameter as a float, checked against the ``dtype`` it is used in.
 
@@ -321,7 +345,7 @@ def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float
     """
     info = jnp.finfo(dtype)
     in_range = is_real(value) and (
-        info.tiny <= value <= info.max or (allow_inf and value == float("inf"))
+        float(info.tiny) <= value <= float(info.max) or (allow_inf and value == float("inf"))
     )
     if not in_range:
         upper = "inf" if allow_inf else f"{float(info.max):.4g}"

@@ -7,6 +7,7 @@ part) and PureJaxRL's ``NormalizeVecReward``.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rewardnorm_jax._src import base, formulas
@@ -263,6 +264,9 @@ def normalize_reward(
     decay = rs.check_decay(decay, dtype)
     # g_max <= 0 divides by zero or flips the sign of the floor.
     g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
+    if not isinstance(shared, (bool, np.bool_)):  # a truthy string would silently share
+        raise TypeError(f"shared should be a bool, got shared={shared!r}.")
+    shared = bool(shared)
 
     def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
         batch_shape = base.check_batch_shape(batch_shape)

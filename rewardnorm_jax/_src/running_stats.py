@@ -307,6 +307,7 @@ def update(
       >>> round(float(stats.mean), 3), round(float(stats.var), 3)
       (2.0, 0.667)
     """
+    check_stats(stats)
     batch = jnp.asarray(batch, stats.mean.dtype)
     num_batch_axes = batch.ndim - stats.mean.ndim
     if num_batch_axes < 0 or batch.shape[num_batch_axes:] != stats.mean.shape:
@@ -341,8 +342,17 @@ def update(
     )
 
 
+def check_stats(stats) -> None:
+    """Raises a TypeError unless ``stats`` is a :class:`RunningStats`."""
+    if not isinstance(stats, RunningStats):
+        raise TypeError(
+            f"stats should be a RunningStats (from init_stats), got {type(stats).__name__}."
+        )
+
+
 def count_as_int(stats: RunningStats) -> np.ndarray:
     """The exact number of samples seen (prior excluded), as host integers."""
+    check_stats(stats)
     return np.asarray(stats.count_hi, np.uint64) * np.uint64(2**32) + np.asarray(
         stats.count_lo, np.uint64
     )

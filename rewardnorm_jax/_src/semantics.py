@@ -12,6 +12,8 @@ from typing import TypeVar
 import jax
 import numpy as np
 
+from rewardnorm_jax._src.base import is_real
+
 _RESETS = ("never", "terminated", "done")
 _Flag = TypeVar("_Flag", bool, np.ndarray, jax.Array)
 
@@ -40,6 +42,16 @@ class Semantics:
     freeze_stops_return: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name should be a string, got name={self.name!r}.")
+        if not isinstance(self.freeze_stops_return, bool):
+            raise TypeError(
+                "freeze_stops_return should be a bool, got "
+                f"freeze_stops_return={self.freeze_stops_return!r}."
+            )
+        # A clip <= 0 (or NaN) would zero or flip every normalized reward.
+        if self.clip is not None and not (is_real(self.clip) and self.clip > 0):
+            raise ValueError(f"clip should be a positive number or None, got clip={self.clip!r}.")
         """Checks that both reset switches name a known reset."""
         for field in ("reset_before", "reset_after"):
             if getattr(self, field) not in _RESETS:

@@ -50,9 +50,12 @@ def scale_reward(scale: base.Real) -> base.RewardTransform:
     if not (base.is_real(scale) and math.isfinite(scale)):
         raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
     scale = float(scale)
-    return base.stateless(
-        lambda reward: reward * scale, base.make_config("scale_reward", scale=scale)
-    )
+
+    def fn(reward: jax.Array) -> jax.Array:
+        base.check_fits("scale", scale, jnp.result_type(reward.dtype, float))
+        return reward * scale
+
+    return base.stateless(fn, base.make_config("scale_reward", scale=scale))
 
 
 def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransform:
