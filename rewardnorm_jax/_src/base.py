@@ -314,20 +314,22 @@ def is_real(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def check_fits(name: str, value: float, dtype) -> None:
+def check_fits(name: str, value: float, dtype, *, may_vanish: bool = False) -> None:
     """Raises a ValueError if a nonzero ``value`` rounds to 0 or inf in ``dtype``.
 
     For hyperparameters that multiply arrays whose dtype is known only when
     the function is traced (``scale_reward``'s factor, the ``eps`` of the
-    value transforms).
+    value transforms). ``may_vanish`` accepts a value that rounds to 0, for a
+    term whose contribution is then below the result's rounding anyway.
     """
-    info = jnp.finfo(dtype)
-    if value != 0 and not float(info.tiny) <= abs(value) <= float(info.max):
+    with np.errstate(over="ignore", under="ignore"):
+        rounded = np.asarray(value, dtype)
+    if value != 0 and (np.isinf(rounded) or (rounded == 0 and not may_vanish)):
+        info = jnp.finfo(dtype)
         raise ValueError(
-            f"{name}={value!r} is not a normal {np.dtype(dtype).name} number (its magnitude "
-            f"must be 0 or from {float(info.tiny):.4g} to {float(info.max):.4g}), and "
-            f"{np.dtype(dtype).name} is the dtype it is applied in: pass inputs of a wider "
-            f"dtype or a smaller {name}."
+            f"{name}={value!r} rounds to {rounded} in {np.dtype(dtype).name}, the dtype it "
+            f"is applied in (magnitudes up to {float(info.max):.4g} fit): pass inputs of a "
+            f"wider dtype or another {name}."
         )
 
 

@@ -102,7 +102,7 @@ def signed_hyperbolic(x: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Arr
     """
     eps = _check_eps(eps)
     x = _as_float(x)
-    base.check_fits("eps", eps, x.dtype)
+    base.check_fits("eps", eps, x.dtype, may_vanish=True)
     return x / (jnp.sqrt(jnp.abs(x) + 1.0) + 1.0) + eps * x
 
 
@@ -132,7 +132,7 @@ def signed_parabolic(y: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Arra
     """
     eps = _check_eps(eps)
     y = _as_float(y)
-    base.check_fits("eps", eps, y.dtype)
+    base.check_fits("eps", eps, y.dtype, may_vanish=True)
     h = jnp.abs(y)
     b = 1.0 + 2.0 * eps
     u = 2.0 * h / (b + jnp.sqrt(b * b + 4.0 * eps * h))
