@@ -259,8 +259,9 @@ def check_state(
                 + (f" (this transform has {setting})" if setting else "")
             )
     raise ValueError(
-        f"the state does not match this {config.get('transform', 'transform')} "
-        f"for batch_shape={batch_shape}:\n  "
+        f"the state does not match this {config.get('transform', 'transform')}"
+        + (f" for batch_shape={batch_shape}" if batch_shape else "")
+        + ":\n  "
         + "\n  ".join(lines)
         + "\nCreate the state with this transform's init(batch_shape)."
     )
