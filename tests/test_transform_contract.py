@@ -256,20 +256,20 @@ def test_functions_that_are_not_elementwise_are_refused():
 
 def test_statistics_functions_name_a_wrong_state():
     with pytest.raises(TypeError, match=r"stats should be a RunningStats .* got PercentileState"):
-        rn.merge_stats(rn.init_percentiles(), jnp.ones(3))
+        rn.merge_stats(rn.init_percentiles(), jnp.ones(3))  # type: ignore[arg-type]  # deliberately the wrong state
     with pytest.raises(TypeError, match=r"stats should be a RunningStats .* got tuple"):
-        rn.count_as_int((1, 2))
+        rn.count_as_int((1, 2))  # type: ignore[arg-type]  # deliberately the wrong state
     with pytest.raises(ValueError, match="state should be a PercentileState"):
-        rn.update_percentiles(rn.init_stats(), jnp.ones(3))
+        rn.update_percentiles(rn.init_stats(), jnp.ones(3))  # type: ignore[arg-type]  # deliberately the wrong state
     with pytest.raises(ValueError, match="state should be a PercentileState"):
-        rn.percentile_scale(rn.init_stats())
+        rn.percentile_scale(rn.init_stats())  # type: ignore[arg-type]  # deliberately the wrong state
 
 
 def test_flags_and_semantics_are_type_checked():
     with pytest.raises(TypeError, match="shared should be a bool, got shared='no'"):
-        rn.normalize_reward(shared="no")
+        rn.normalize_reward(shared="no")  # type: ignore[arg-type]  # deliberately not a bool
     assert rn.normalize_reward(shared=np.bool_(False)).config["shared"] is False
     with pytest.raises(ValueError, match="clip should be a positive number or None, got clip=-1"):
         rn.Semantics("mine", "never", "never", clip=-1.0)
     with pytest.raises(TypeError, match="freeze_stops_return should be a bool"):
-        rn.Semantics("mine", "never", "never", freeze_stops_return="yes")
+        rn.Semantics("mine", "never", "never", freeze_stops_return="yes")  # type: ignore[arg-type]  # deliberately not a bool

@@ -136,7 +136,7 @@ def normalize_reward(
     dtype=None,
     axis_name=None,
     decay=None,
-    shared: bool = True,
+    shared: bool | np.bool_ = True,
     g_max=None,
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
