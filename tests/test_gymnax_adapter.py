@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import serialization
+from gymnax.wrappers.compat import LegacyStepAPIWrapper
 from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, LogWrapper
 from stream import inline_init, inline_step
 
@@ -139,8 +140,12 @@ def vmapped_rollouts(name):
         "b": (mode_b, per_env, ALWAYS),
     }
     if name == "Pendulum-v1":
-        outside = rgx.NormalizeReward(LogWrapper(FlattenObservationWrapper(env)), GAMMA)
-        inside = FlattenObservationWrapper(LogWrapper(rgx.NormalizeReward(env, GAMMA)))
+        outside = rgx.NormalizeReward(
+            LogWrapper(FlattenObservationWrapper(env)), GAMMA, per_env=True
+        )
+        inside = FlattenObservationWrapper(
+            LogWrapper(rgx.NormalizeReward(env, GAMMA, per_env=True))
+        )
         stacks["outside"] = (outside, batched_frozen_through_state, FREEZE_10_IN_50)
         stacks["inside"] = (inside, batched_frozen_through_state, FREEZE_10_IN_50)
     labels = list(stacks)
@@ -221,7 +226,9 @@ def test_both_modes_match_purejaxrl_style_reference(name, mode):
     [
         (
             lambda env: rgx.RewardTransformWrapper(
-                env, rn.chain(rn.normalize_reward(semantics="sb3"), rn.clip_reward(-5.0, 5.0))
+                env,
+                rn.chain(rn.normalize_reward(semantics="sb3"), rn.clip_reward(-5.0, 5.0)),
+                per_env=True,
             ),
             False,
         ),
@@ -269,7 +276,7 @@ def test_attribute_proxying_and_gymnax_base_class():
 def test_composes_with_log_and_flatten_wrappers_in_either_order(order):
     """Per-env NormalizeReward outside or inside LogWrapper + FlattenObservationWrapper.
 
-    Without an axis name each environment keeps its own statistics; the freeze
+    With ``per_env=True`` each environment keeps its own statistics; the freeze
     schedule reaches the wrapper through the state, whatever wraps it.
     """
     runs, params = vmapped_rollouts("Pendulum-v1")
@@ -459,3 +466,171 @@ def test_invalid_calls_raise_value_error_at_trace_time():
         rgx.set_transform_state(state, GYMNASIUM.init((5,)))
     with pytest.raises(ValueError, match="RewardWrapperState"):
         rgx.get_transform_state(jax.eval_shape(env.reset, jax.random.key(0), params)[1])
+
+
+# --- the five-value step: LegacyStepAPIWrapper and a PureJaxRL-style stack -----------------
+
+
+class PureJaxRLLogWrapper(GymnaxWrapper):
+    """PureJaxRL's five-value ``LogWrapper`` (``purejaxrl/wrappers.py``), as it is written there."""
+
+    def reset(self, key, params=None):
+        obs, env_state = self._env.reset(key, params)
+        return obs, (env_state, 0.0, 0, 0.0, 0)
+
+    def step(self, key, state, action, params=None):
+        env_state, episode_return, episode_length, returned_return, returned_length = state
+        obs, env_state, reward, done, info = self._env.step(key, env_state, action, params)
+        new_return, new_length = episode_return + reward, episode_length + 1
+        state = (
+            env_state,
+            new_return * (1 - done),
+            new_length * (1 - done),
+            returned_return * (1 - done) + new_return * done,
+            returned_length * (1 - done) + new_length * done,
+        )
+        info["returned_episode_returns"] = state[3]
+        info["returned_episode"] = done
+        return obs, state, reward, done, info
+
+
+class PureJaxRLVecEnv(GymnaxWrapper):
+    """PureJaxRL's ``VecEnv``: an unnamed ``jax.vmap`` of ``reset`` and ``step``."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.reset = jax.vmap(self._env.reset, in_axes=(0, None))
+        self.step = jax.vmap(self._env.step, in_axes=(0, 0, 0, None))
+
+
+FIVE_ENVS = 64
+
+
+@functools.cache
+def five_value_rollouts(name):
+    """64 envs, 200 steps: six-value and five-value stacks side by side, same keys and actions.
+
+    ``six``: ``NormalizeReward(VecEnv(env))``. ``five``: the same wrapper around
+    PureJaxRL's stack ``VecEnv(LogWrapper(LegacyStepAPIWrapper(env)))``, with
+    Gymnasium semantics (terminations only) and PureJaxRL semantics.
+    """
+    env, params = gymnax.make(name)
+    pure_stack = PureJaxRLVecEnv(PureJaxRLLogWrapper(LegacyStepAPIWrapper(env)))
+    stacks = (
+        rgx.VecEnv(env),
+        rgx.NormalizeReward(rgx.VecEnv(env), GAMMA),
+        rgx.NormalizeReward(pure_stack, GAMMA),
+        rgx.NormalizeReward(pure_stack, GAMMA, semantics="purejaxrl"),
+    )
+
+    @jax.jit
+    def run(key):
+        reset_keys = jax.random.split(key, FIVE_ENVS)
+        states = tuple(stack.reset(reset_keys, params)[1] for stack in stacks)
+
+        def body(states, step_key):
+            action_key, env_key = jax.random.split(step_key)
+            actions = random_actions(env, params, action_key, FIVE_ENVS)
+            env_keys = jax.random.split(env_key, FIVE_ENVS)
+            results = [
+                s.step(env_keys, st, actions, params) for s, st in zip(stacks, states, strict=True)
+            ]
+            return tuple(r[1] for r in results), tuple(r[2:-1] for r in results)
+
+        return jax.lax.scan(body, states, jax.random.split(key, STEPS))
+
+    return run(jax.random.key(3))
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_five_value_step_equals_the_six_value_step_and_the_core(name):
+    states, (bare, six, five, five_purejaxrl) = five_value_rollouts(name)
+    raw, terminated, truncated = bare
+    assert len(five) == len(five_purejaxrl) == 2  # (reward, done): the contract it received
+    np.testing.assert_array_equal(five[1], terminated | truncated)
+    assert bool(terminated.any() if name == "CartPole-v1" else truncated.any())
+    # terminations from info["discount"] == 0, truncations from the other ends
+    _, gymnasium_rewards = core_stream(GYMNASIUM, raw, terminated, truncated, ALWAYS)
+    np.testing.assert_array_equal(six[0], gymnasium_rewards)
+    np.testing.assert_array_equal(five[0], gymnasium_rewards)
+    _, purejaxrl_rewards = core_stream(PUREJAXRL, raw, terminated, truncated, ALWAYS)
+    np.testing.assert_array_equal(five_purejaxrl[0], purejaxrl_rewards)
+    _, reference = purejaxrl_normalize_vec_reward(raw, terminated, truncated)
+    np.testing.assert_allclose(five_purejaxrl[0], reference, rtol=1e-5)
+    # PureJaxRL's LogWrapper, inside the normalizer, logs raw returns
+    log_state = states[3].env_state
+    done = np.asarray(terminated | truncated)
+    last = [int(np.nonzero(done[:, i])[0].max()) for i in range(FIVE_ENVS) if done[:, i].any()]
+    assert last
+    returns = np.asarray(log_state[3])
+    for i, t in zip(np.nonzero(done.any(0))[0], last, strict=True):
+        start = int(np.nonzero(done[:t, i])[0].max()) + 1 if done[:t, i].any() else 0
+        np.testing.assert_allclose(returns[i], raw[start : t + 1, i].sum(), rtol=1e-5)
+
+
+def test_five_value_step_without_discount_counts_every_end_as_termination():
+    class NoDiscount(GymnaxWrapper):
+        def step(self, key, state, action, params=None):
+            obs, state, reward, done, _ = self._env.step(key, state, action, params)
+            return obs, state, reward, done, {}
+
+    env, params = gymnax.make("Pendulum-v1")
+    key = jax.random.key(0)
+    returns = []
+    for inner in (LegacyStepAPIWrapper(env), NoDiscount(LegacyStepAPIWrapper(env))):
+        wrapped = rgx.NormalizeReward(inner, GAMMA, per_env=True)
+        state = wrapped.reset(key, params)[1]
+        state = state.replace(env_state=state.env_state.replace(time=198))  # 2 steps left
+        ret = []
+        for _ in range(2):
+            state = wrapped.step(key, state, jnp.zeros(1), params)[1]
+            ret.append(float(state.transform_state.ret))
+        returns.append(ret)
+    (ret_1, truncated_ret_2), (_, terminated_ret_2) = returns
+    # the end at step 200 (discount 1) is a truncation: the return goes on; without a
+    # discount in info it is a termination: the return restarts with its reward
+    np.testing.assert_allclose(truncated_ret_2, GAMMA * ret_1 + terminated_ret_2, rtol=1e-6)
+    assert abs(ret_1) > 1.0
+
+
+def test_a_step_of_another_length_raises():
+    class FourValues(GymnaxWrapper):
+        def step(self, key, state, action, params=None):
+            return self._env.step(key, state, action, params)[:4]
+
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.VecEnv(FourValues(env)))
+    keys = jax.random.split(jax.random.key(0), 2)
+    _, state = jax.eval_shape(wrapped.reset, keys, params)
+    with pytest.raises(ValueError, match="returned 4 values"):
+        jax.eval_shape(wrapped.step, keys, state, jnp.zeros(2, jnp.int32), params)
+
+
+# --- per-environment statistics are an explicit choice ----------------------------------------
+
+
+def test_a_per_env_wrapper_under_an_unnamed_vmap_must_say_where_its_statistics_live():
+    """PureJaxRL's placement (inside its VecEnv): an error, unless named or per_env=True."""
+    env, params = gymnax.make("CartPole-v1")
+    keys = jax.random.split(jax.random.key(0), 4)
+    legacy = LegacyStepAPIWrapper(env)
+    silent = PureJaxRLVecEnv(PureJaxRLLogWrapper(rgx.NormalizeReward(legacy)))
+    with pytest.raises(ValueError, match=r"axis_name.*per_env=True"):
+        jax.eval_shape(silent.reset, keys, params)
+    chained = rn.chain(rn.normalize_reward(), rn.clip_reward())
+    with pytest.raises(ValueError, match="RewardTransformWrapper"):
+        jax.eval_shape(rgx.VecEnv(rgx.RewardTransformWrapper(env, chained)).reset, keys, params)
+    # stateless transforms have nothing to split
+    clipped = rgx.VecEnv(rgx.ClipReward(env))
+    assert jax.eval_shape(clipped.reset, keys, params)[1].update_stats.shape == (4,)
+    # explicit: one set per environment, or one set merged across a named axis
+    per_env = PureJaxRLVecEnv(PureJaxRLLogWrapper(rgx.NormalizeReward(legacy, per_env=True)))
+    _, state = per_env.reset(keys, params)
+    actions = jnp.zeros(4, jnp.int32)
+    _, state, *_ = per_env.step(keys, state, actions, params)
+    assert rn.count_as_int(state[0].transform_state.stats).tolist() == [1, 1, 1, 1]
+    named = rgx.VecEnv(rgx.NormalizeReward(legacy, axis_name="envs"), axis_name="envs")
+    _, state = named.reset(keys, params)
+    _, state, *_ = named.step(keys, state, actions, params)
+    assert rn.count_as_int(state.transform_state.stats).tolist() == [4, 4, 4, 4]
+    assert rgx.NormalizeReward(env, shared=False).reset(keys[0], params)[1] is not None

@@ -2,16 +2,20 @@
 
 API:
 
-* ``RewardTransformWrapper(env, transform)``: any
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``: any
   :class:`~rewardnorm_jax.RewardTransform` (including ``chain(...)``) applied
   to every reward. Named wrappers built on it:
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
-  clip=<semantics default>, dtype=None, axis_name=None, **options)`` (options
+  clip=<semantics default>, dtype=None, axis_name=None, per_env=False,
+  **options)`` (options
   ``decay``, ``shared``, ``g_max`` go to ``rewardnorm_jax.normalize_reward``),
   ``TransformReward(env, fn)``, ``ClipReward(env, low=-1.0, high=1.0)``.
 * ``wrapper.reset(key, params=None, stats_from=None) -> (obs, state)`` and
   ``wrapper.step(key, state, action, params=None, update_stats=True) ->
-  (obs, state, reward, terminated, truncated, info)``, both jitted with a
+  (obs, state, reward, terminated, truncated, info)``, or ``(obs, state,
+  reward, done, info)`` around a five-value step (``LegacyStepAPIWrapper``,
+  PureJaxRL's wrappers, Craftax: an end with ``info["discount"] == 0`` is a
+  termination, any other a truncation), both jitted with a
   static ``self``. ``stats_from``: a transform state to continue from; its
   tracked returns (``ret``) restart, everything else (statistics) is kept.
   ``update_stats``: scalar, possibly traced,
@@ -32,18 +36,22 @@ Shared statistics over a batch of N environments, two ways:
   your own ``jax.vmap(..., axis_name="envs")``): one wrapper per environment,
   statistics merged across the named axis; every copy holds the same values.
 
+A wrapper reset with one environment's key and neither ``axis_name`` nor
+``per_env=True`` raises a ValueError at trace time: under an unnamed vmap
+each environment would silently keep its own statistics.
+
 Only this subpackage imports gymnax; the top-level package exports none of it.
 """
 
 from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.wrapper_state import (
+    RewardWrapperState,
+    get_transform_state,
+    set_transform_state,
+    set_update_stats,
+)
 
 with requires("gymnax", __name__):
-    from rewardnorm_jax.gymnax._state import (
-        RewardWrapperState,
-        get_transform_state,
-        set_transform_state,
-        set_update_stats,
-    )
     from rewardnorm_jax.gymnax._vec_env import VecEnv
     from rewardnorm_jax.gymnax._wrapper import (
         ClipReward,

@@ -1,6 +1,6 @@
 r"""gymnax wrappers that pass rewards through a core reward transform."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax.gymnax import _state
+from rewardnorm_jax._src import wrapper_state as _state
 
 PyTree = Any
 _SEMANTICS_DEFAULT = object()
@@ -27,6 +27,36 @@ def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
     return tuple(key.shape[:-1])
 
 
+def episode_ends(result: tuple) -> tuple[jax.Array, jax.Array]:
+    """``(terminated, truncated)`` of a gymnax step result, six or five values.
+
+    Six values ``(obs, state, reward, terminated, truncated, info)`` (gymnax
+    >= 1.0) carry both flags. Five values ``(obs, state, reward, done, info)``
+    (gymnax's ``LegacyStepAPIWrapper``, PureJaxRL's wrappers, Craftax) carry
+    one: an end is a termination when ``info["discount"]`` is 0 (the
+    environment's terminal discount, as gymnax and Craftax report it) and a
+    truncation otherwise; without a ``"discount"`` in ``info`` every end is a
+    termination.
+
+    Raises:
+      ValueError: for a step result of another length.
+    """
+    if len(result) == 6:
+        return result[3], result[4]
+    if len(result) != 5:
+        raise ValueError(
+            f"the wrapped environment's step returned {len(result)} values; expected 6 "
+            "(obs, state, reward, terminated, truncated, info) or 5 (obs, state, reward, "
+            "done, info)."
+        )
+    done, info = jnp.asarray(result[3], bool), result[4]
+    if isinstance(info, Mapping) and "discount" in info:
+        terminated = done & (jnp.asarray(info["discount"]) == 0)
+    else:
+        terminated = done
+    return terminated, done & ~terminated
+
+
 class RewardTransformWrapper(GymnaxWrapper):
     r"""Passes every reward of a gymnax environment through a reward transform.
 
@@ -38,10 +68,15 @@ class RewardTransformWrapper(GymnaxWrapper):
       (\tilde r, s') = \mathrm{transform.step}(s, r, \mathrm{terminated},
       \mathrm{truncated}, \mathrm{update\_stats})
 
-    ``reset`` and ``step`` keep gymnax's signatures and six-value return
-    ``(obs, state, reward, terminated, truncated, info)``, are jitted with a
-    static ``self`` and return identical pytrees, so they fit ``lax.scan`` and
-    ``lax.cond``. The state is a :class:`RewardWrapperState` with the inner
+    ``reset`` and ``step`` keep gymnax's signatures and return the step
+    contract of the wrapped environment: six values ``(obs, state, reward,
+    terminated, truncated, info)`` (gymnax >= 1.0) or five ``(obs, state,
+    reward, done, info)`` (``LegacyStepAPIWrapper``, PureJaxRL's wrappers,
+    Craftax), where an end with ``info["discount"] == 0`` is a termination, any
+    other end a truncation, and without ``"discount"`` every end a termination.
+    Both are jitted with a static ``self`` and return identical pytrees, so
+    they fit ``lax.scan`` and ``lax.cond``. The state is a
+    :class:`RewardWrapperState` with the inner
     state in ``env_state`` (as gymnax's ``LogWrapper``), the transform state in
     ``transform_state`` and a freeze flag ``update_stats``. Attributes not
     found on the wrapper come from the wrapped environment.
@@ -54,8 +89,16 @@ class RewardTransformWrapper(GymnaxWrapper):
       are ``(N,)`` arrays;
     * per environment, under ``jax.vmap(..., axis_name="envs")`` (or
       ``VecEnv(wrapper, axis_name="envs")``), with a transform built with
-      ``axis_name="envs"``: every environment copy holds the same statistics,
-      merged across the mapped axis at each step.
+      ``axis_name="envs"`` and the wrapper told so (``axis_name="envs"``):
+      every environment copy holds the same statistics, merged across the
+      mapped axis at each step.
+
+    A wrapper reset with one environment's key whose transform learns
+    statistics raises a ValueError at trace time unless it has an
+    ``axis_name`` or ``per_env=True``: under an unnamed ``jax.vmap`` (a
+    ``VecEnv`` without axis name, PureJaxRL's ``VecEnv``) each environment
+    would otherwise silently keep its own statistics. ``per_env=True`` asks for
+    exactly that (one set per environment), or serves a single environment.
 
     Statistics outlive evaluation: ``reset(key, params, stats_from=ts)`` starts
     new episodes from the transform state ``ts``, keeping its statistics while
@@ -71,7 +114,7 @@ class RewardTransformWrapper(GymnaxWrapper):
       >>> from rewardnorm_jax.gymnax import RewardTransformWrapper
       >>> env, params = gymnax.make("CartPole-v1")
       >>> transform = rn.chain(rn.normalize_reward(0.99), rn.clip_reward(-10.0, 10.0))
-      >>> env = RewardTransformWrapper(env, transform)
+      >>> env = RewardTransformWrapper(env, transform, per_env=True)   # one environment
       >>> key = jax.random.key(0)
       >>> obs, state = env.reset(key, params)
       >>> obs, state, reward, terminated, truncated, info = env.step(key, state, 0, params)
@@ -82,12 +125,26 @@ class RewardTransformWrapper(GymnaxWrapper):
       * v0.1.0 - Initially added.
     """
 
-    def __init__(self, env, transform: rn.RewardTransform):
+    def __init__(
+        self,
+        env,
+        transform: rn.RewardTransform,
+        *,
+        axis_name: Any = None,
+        per_env: bool = False,
+    ):
         """Wraps ``env``.
 
         Args:
-          env: a gymnax environment or wrapper (single or batched).
+          env: a gymnax environment or wrapper (single or batched), with a
+            six- or five-value step.
           transform: the reward transform applied to every reward.
+          axis_name: for a wrapper serving one environment under
+            ``jax.vmap(..., axis_name=...)``: the axis name the transform was
+            built with, across which it shares its statistics.
+          per_env: for a wrapper serving one environment: keep statistics of
+            that environment alone (under an unnamed ``jax.vmap``, one set per
+            environment).
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
@@ -100,6 +157,8 @@ class RewardTransformWrapper(GymnaxWrapper):
             )
         super().__init__(env)
         self._transform = transform
+        self._axis_name = axis_name
+        self._per_env = bool(per_env)
 
     @property
     def transform(self) -> rn.RewardTransform:
@@ -131,10 +190,20 @@ class RewardTransformWrapper(GymnaxWrapper):
 
         Raises:
           ValueError: if ``stats_from`` is not a state of this wrapper's
-            transform, or differs from it in shape or dtype outside ``ret``.
+            transform, or differs from it in shape or dtype outside ``ret``;
+            if ``key`` is one environment's, the transform learns statistics
+            and the wrapper has neither ``axis_name`` nor ``per_env=True``.
         """
         obs, env_state = self._env.reset(key, params)
-        transform_state = self._transform.init(batch_shape_of_key(key))
+        batch_shape = batch_shape_of_key(key)
+        transform_state = self._transform.init(batch_shape)
+        _state.check_placement(
+            type(self).__name__,
+            batch_shape,
+            transform_state,
+            axis_name=self._axis_name,
+            per_env=self._per_env,
+        )
         if stats_from is not None:
             transform_state = _state.keep_stats(transform_state, stats_from)
         return obs, _state.RewardWrapperState(
@@ -151,7 +220,7 @@ class RewardTransformWrapper(GymnaxWrapper):
         action: Any,
         params: Any = None,
         update_stats: jax.typing.ArrayLike = True,
-    ) -> tuple[PyTree, _state.RewardWrapperState, jax.Array, jax.Array, jax.Array, dict]:
+    ) -> tuple[Any, ...]:
         """Steps the environment and transforms its reward.
 
         Args:
@@ -163,19 +232,21 @@ class RewardTransformWrapper(GymnaxWrapper):
             statistics for this step (as does ``state.update_stats``).
 
         Returns:
-          ``(obs, state, reward, terminated, truncated, info)`` with the
-          transformed reward.
+          ``(obs, state, reward, terminated, truncated, info)``, or ``(obs,
+          state, reward, done, info)`` when the wrapped environment returns
+          five values, with the transformed reward.
 
         Raises:
-          ValueError: if ``update_stats`` is not a scalar.
+          ValueError: if ``update_stats`` is not a scalar, or the wrapped
+            step returns neither six nor five values.
         """
         if jnp.shape(update_stats) != ():
             raise ValueError(
                 f"update_stats should be a scalar boolean, got shape {jnp.shape(update_stats)}."
             )
-        obs, env_state, reward, terminated, truncated, info = self._env.step(
-            key, state.env_state, action, params
-        )
+        result = self._env.step(key, state.env_state, action, params)
+        obs, env_state, reward = result[:3]
+        terminated, truncated = episode_ends(result)
         reward, transform_state = self._transform.step(
             state.transform_state,
             reward,
@@ -184,7 +255,7 @@ class RewardTransformWrapper(GymnaxWrapper):
             jnp.logical_and(update_stats, state.update_stats),
         )
         state = state.replace(env_state=env_state, transform_state=transform_state)
-        return obs, state, reward, terminated, truncated, info
+        return (obs, state, reward, *result[3:])
 
 
 class NormalizeReward(RewardTransformWrapper):
@@ -244,6 +315,7 @@ class NormalizeReward(RewardTransformWrapper):
         clip: Any = _SEMANTICS_DEFAULT,
         dtype=None,
         axis_name=None,
+        per_env: bool = False,
         **options,
     ):
         """Wraps ``env``.
@@ -260,6 +332,10 @@ class NormalizeReward(RewardTransformWrapper):
           dtype: float32 or float64 statistics; default float64 under x64.
           axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
             to share the statistics across, for a per-environment wrapper.
+          per_env: for a wrapper serving one environment without
+            ``axis_name``: keep statistics of that environment alone (one set
+            per environment under an unnamed ``jax.vmap``); ``shared=False``
+            says the same.
           **options: further options of :func:`rewardnorm_jax.normalize_reward`
             (``decay``, ``shared``, ``g_max``), passed through.
 
@@ -275,6 +351,8 @@ class NormalizeReward(RewardTransformWrapper):
             rn.normalize_reward(
                 gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
             ),
+            axis_name=axis_name,
+            per_env=per_env or not options.get("shared", True),
         )
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)

@@ -1,4 +1,9 @@
-"""The wrapper state and the functions that read and write it inside any wrapper stack."""
+"""What every environment adapter shares: its state, reading and writing it, and placement.
+
+Adapters (``rewardnorm_jax.gymnax``, ``rewardnorm_jax.jumanji``,
+``rewardnorm_jax.brax``) import this module; it imports no environment
+framework.
+"""
 
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +16,7 @@ PyTree = Any
 
 
 class RewardWrapperState(struct.PyTreeNode):
-    """State of :class:`~rewardnorm_jax.gymnax.RewardTransformWrapper`."""
+    """State of a reward-transform wrapper (gymnax, Jumanji): inner and transform state."""
 
     env_state: PyTree  # the wrapped environment's state
     transform_state: PyTree  # the reward transform's state (statistics, tracked returns)
@@ -22,7 +27,7 @@ def _find(state: PyTree, fn: Callable[[RewardWrapperState], Any], replace: bool)
     """Applies ``fn`` to the outermost :class:`RewardWrapperState` in a wrapper stack.
 
     Wrapper states nest the inner state in an ``env_state`` field (gymnax's
-    ``LogEnvState``, this package's :class:`RewardWrapperState`), so the search
+    ``LogEnvState``, :class:`RewardWrapperState`), so the search
     follows ``env_state`` down. With ``replace``, ``fn`` returns a new
     :class:`RewardWrapperState` and the stack is rebuilt around it.
     """
@@ -42,8 +47,8 @@ def get_transform_state(state: PyTree) -> PyTree:
     """The reward transform's state (e.g. to checkpoint the statistics).
 
     Args:
-      state: the state of a :class:`~rewardnorm_jax.gymnax.RewardTransformWrapper`,
-        or of any wrapper stack around one (the outermost one is read).
+      state: the state of a reward-transform wrapper (gymnax or Jumanji), or of
+        any wrapper stack around one (the outermost one is read).
 
     Returns:
       The transform state: for :class:`~rewardnorm_jax.gymnax.NormalizeReward`
@@ -77,9 +82,8 @@ def set_transform_state(state: PyTree, transform_state: PyTree) -> PyTree:
 def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTree:
     """``state`` with the statistics frozen (``False``) or learning (``True``).
 
-    The flag lives in the state, so it reaches a
-    :class:`~rewardnorm_jax.gymnax.RewardTransformWrapper` under other
-    wrappers (``LogWrapper``, :class:`~rewardnorm_jax.gymnax.VecEnv`) whose
+    The flag lives in the state, so it reaches a reward-transform wrapper
+    under other wrappers (``LogWrapper``, a ``VecEnv``) whose
     ``step`` does not take ``update_stats``. It may be a traced boolean; under
     a ``jax.vmap`` of the environment it is batched like the rest of the state,
     and with statistics shared through an ``axis_name`` an environment whose
@@ -157,3 +161,44 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
         return given_leaf
 
     return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)
+
+
+def has_statistics(transform_state: PyTree) -> bool:
+    """Whether a transform state learns statistics: any leaf outside its tracked returns."""
+    leaves = jax.tree_util.tree_leaves_with_path(transform_state)
+    return any(
+        not any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == RETURN_FIELD for k in path)
+        for path, _ in leaves
+    )
+
+
+def check_placement(
+    wrapper: str, batch_shape: tuple[int, ...], transform_state: PyTree, *, axis_name, per_env: bool
+) -> None:
+    """Refuses, at trace time, statistics silently split one set per environment.
+
+    A wrapper that resets one environment (``batch_shape == ()``) and learns
+    statistics sees that environment's rewards alone. Under an unnamed
+    ``jax.vmap`` (PureJaxRL's or gymnax's ``VecEnv``, Brax's ``VmapWrapper``,
+    Jumanji's ``VmapAutoResetWrapper``) each environment then keeps its own
+    statistics, and nothing in the numbers shows it. So a wrapper that serves
+    one environment must say where its statistics live: shared across a named
+    axis (``axis_name``) or, explicitly, per environment (``per_env=True``).
+
+    Raises:
+      ValueError: for a one-environment wrapper with statistics and neither
+        ``axis_name`` nor ``per_env=True``.
+    """
+    if batch_shape != () or axis_name is not None or per_env:
+        return
+    if not has_statistics(transform_state):
+        return
+    raise ValueError(
+        f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
+        "axis_name, so it would keep statistics of that environment alone; under a "
+        "jax.vmap (a VecEnv, VmapWrapper or VmapAutoResetWrapper) every environment would "
+        "silently get its own. Choose one: wrap the batched environment instead "
+        f"({wrapper}(VecEnv(env)) and the like: one set shared by the batch); pass "
+        "axis_name='envs' and vmap with the same axis name (one set merged across the "
+        "axis); or pass per_env=True (one set per environment, or a single environment)."
+    )

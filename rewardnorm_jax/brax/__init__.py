@@ -1,0 +1,45 @@
+"""Brax and MuJoCo Playground adapter (``import rewardnorm_jax.brax``).
+
+API:
+
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``:
+  a ``brax.envs.Wrapper`` passing ``state.reward`` through any
+  :class:`~rewardnorm_jax.RewardTransform`; termination is ``done`` without
+  ``info["truncation"]``; the raw reward stays in ``state.metrics["raw_reward"]``.
+  ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
+  ..., per_env=False, **options)`` builds it on
+  :func:`rewardnorm_jax.normalize_reward`.
+* ``wrap_env_fn(transform, wrap=brax.envs.training.wrap)``: the ``wrap_env_fn``
+  of Brax's trainers (``ppo.train``, ``sac.train``), the transform outermost;
+  ``RawRewardEvaluation(env)`` as ``eval_env`` keeps evaluation on raw rewards.
+* ``get_transform_state(state)``, ``set_transform_state(state, ts)``,
+  ``with_stats_from(state, ts)``, ``set_update_stats(state, flag)``: the
+  transform state and freeze flag held in ``state.info``.
+
+MuJoCo Playground environments have the same ``State`` fields; pass
+``wrap=mujoco_playground.wrapper.wrap_for_brax_training`` to ``wrap_env_fn``.
+
+Only this subpackage imports Brax; the top-level package exports none of it.
+"""
+
+from rewardnorm_jax.brax._wrapper import (
+    NormalizeReward,
+    RawRewardEvaluation,
+    RewardTransformWrapper,
+    get_transform_state,
+    set_transform_state,
+    set_update_stats,
+    with_stats_from,
+    wrap_env_fn,
+)
+
+__all__ = [
+    "NormalizeReward",
+    "RawRewardEvaluation",
+    "RewardTransformWrapper",
+    "get_transform_state",
+    "set_transform_state",
+    "set_update_stats",
+    "with_stats_from",
+    "wrap_env_fn",
+]

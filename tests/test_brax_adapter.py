@@ -1,0 +1,164 @@
+"""rewardnorm_jax.brax on a real Brax environment, against the core, and in Brax's own PPO."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+brax_envs = pytest.importorskip("brax.envs", reason="the brax extra is not installed")
+
+import rewardnorm_jax as rn  # noqa: E402  (after the skip)
+from rewardnorm_jax import brax as rnb  # noqa: E402
+
+GAMMA = 0.99
+NUM_ENVS, STEPS, EPISODE_LENGTH = 16, 60, 25
+GYMNASIUM = rn.normalize_reward(GAMMA)
+
+
+def pendulum(episode_length=EPISODE_LENGTH):
+    """Brax's inverted pendulum (positional backend: quick to compile on a CPU), batched."""
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    return brax_envs.training.wrap(env, episode_length=episode_length)
+
+
+@functools.cache
+def rollout():
+    """16 envs, 60 steps, random actions, rewards normalized.
+
+    Episodes end by falling (terminations) and by the 25-step limit (truncations).
+    """
+    wrapped = rnb.NormalizeReward(pendulum(), GAMMA)
+
+    @jax.jit
+    def run(key):
+        def body(state, step_key):
+            actions = jax.random.uniform(step_key, (NUM_ENVS, 1), minval=-1.0, maxval=1.0)
+            state = wrapped.step(state, actions)
+            raw = state.metrics["raw_reward"]
+            return state, (raw, state.reward, state.done, state.info["truncation"])
+
+        start = wrapped.reset(jax.random.split(key, NUM_ENVS))
+        return jax.lax.scan(body, start, jax.random.split(key, STEPS))
+
+    return wrapped, run(jax.random.PRNGKey(0))
+
+
+def core_stream(transform, rewards, terminated, truncated, start=None):
+    def body(state, xs):
+        reward, state = transform.step(state, *xs)
+        return state, reward
+
+    start = transform.init(rewards.shape[1:]) if start is None else start
+    return jax.lax.scan(body, start, (rewards, terminated, truncated))
+
+
+def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags():
+    _, (state, (raw, reward, done, truncation)) = rollout()
+    # the raw reward stays in the metrics: the pendulum pays 1 per step
+    np.testing.assert_array_equal(raw, np.ones((STEPS, NUM_ENVS)))
+    truncated = truncation > 0
+    terminated = (done > 0) & ~truncated
+    assert bool(terminated.any()) and bool(truncated.any())
+    core_state, expected = jax.jit(core_stream, static_argnums=0)(
+        GYMNASIUM, raw, terminated, truncated
+    )
+    assert reward.dtype == raw.dtype == jnp.float32
+    np.testing.assert_array_equal(reward, expected)
+    learned = rnb.get_transform_state(state)
+    assert rn.count_as_int(learned.stats) == NUM_ENVS * STEPS  # one set for the batch
+    jax.tree.map(np.testing.assert_array_equal, learned, core_state)
+
+
+def test_frozen_evaluation_from_learned_and_checkpointed_statistics():
+    wrapped, (state, _) = rollout()
+    learned = rnb.get_transform_state(state)
+    restored = rn.load_state(learned, rn.save_state(learned, GYMNASIUM.config), GYMNASIUM.config)
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)  # another batch size
+    start = jax.jit(wrapped.reset)(keys)
+    evaluation = rnb.set_update_stats(rnb.with_stats_from(start, restored), False)
+    kept = rnb.get_transform_state(evaluation)
+    np.testing.assert_array_equal(kept.ret, np.zeros(4))
+    jax.tree.map(np.testing.assert_array_equal, kept.stats, learned.stats)
+    step = jax.jit(wrapped.step)
+    for _ in range(3):
+        evaluation = step(evaluation, jnp.zeros((4, 1)))
+    frozen = rnb.get_transform_state(evaluation).stats
+    jax.tree.map(np.testing.assert_array_equal, frozen, learned.stats)  # nothing learned
+    raw = evaluation.metrics["raw_reward"]
+    expected = raw / np.sqrt(np.float32(learned.stats.var) + np.float32(1e-8))
+    np.testing.assert_allclose(evaluation.reward, expected, rtol=1e-6)
+    same = rnb.set_transform_state(state, jax.device_get(learned))
+    jax.tree.map(np.testing.assert_array_equal, rnb.get_transform_state(same), learned)
+    with pytest.raises(ValueError, match="transform_state"):
+        rnb.set_transform_state(state, GYMNASIUM.init((3,)))
+    with pytest.raises(ValueError, match="reward_transform_state"):
+        rnb.get_transform_state(jax.eval_shape(pendulum().reset, keys))
+
+
+def test_a_per_env_wrapper_under_brax_vmap_must_say_where_its_statistics_live():
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    inside = brax_envs.training.wrap(rnb.NormalizeReward(env), episode_length=10)
+    with pytest.raises(ValueError, match=r"axis_name.*per_env=True"):
+        jax.eval_shape(inside.reset, keys)
+    per_env = brax_envs.training.wrap(rnb.NormalizeReward(env, per_env=True), episode_length=10)
+    state = jax.eval_shape(per_env.reset, keys)
+    assert rnb.get_transform_state(state).stats.mean.shape == (3,)  # one set per environment
+    # clipping learns nothing: no choice to make
+    clipped = brax_envs.training.wrap(rnb.RewardTransformWrapper(env, rn.clip_reward()), 10)
+    assert jax.eval_shape(clipped.reset, keys).reward.shape == (3,)
+
+
+def test_wrap_env_fn_puts_the_transform_outermost_and_leaves_evaluation_raw():
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    fn = rnb.wrap_env_fn(GYMNASIUM)
+    training = fn(env, episode_length=10, action_repeat=1, randomization_fn=None)
+    assert isinstance(training, rnb.RewardTransformWrapper)
+    assert isinstance(training.env, brax_envs.training.AutoResetWrapper)
+    evaluation = fn(rnb.RawRewardEvaluation(env), episode_length=10, action_repeat=1)
+    assert isinstance(evaluation, brax_envs.training.AutoResetWrapper)
+    assert evaluation.unwrapped is env
+    with pytest.raises(ValueError, match="transform"):
+        rnb.wrap_env_fn(jnp.tanh)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not hasattr(jax, "device_put_replicated"),
+    reason="brax's PPO trainer calls jax.device_put_replicated, which jax 0.10 removed",
+)
+def test_brax_ppo_trains_on_normalized_rewards_and_evaluates_raw_returns():
+    """Brax's own PPO on the inverted pendulum through ``wrap_env_fn``: the return rises."""
+    from brax.training.agents.ppo import train as ppo
+
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    evaluations = []
+    ppo.train(
+        environment=env,
+        wrap_env_fn=rnb.wrap_env_fn(rn.normalize_reward(0.97, semantics="purejaxrl")),
+        eval_env=rnb.RawRewardEvaluation(env),
+        num_timesteps=30_000,
+        num_evals=4,
+        episode_length=200,
+        num_envs=32,
+        batch_size=32,
+        num_minibatches=4,
+        unroll_length=10,
+        num_updates_per_batch=4,
+        learning_rate=3e-3,
+        entropy_cost=1e-2,
+        discounting=0.97,
+        num_eval_envs=32,
+        seed=1,
+        progress_fn=lambda step, metrics: evaluations.append(metrics),
+    )
+    first, last = evaluations[0], evaluations[-1]
+    for metrics in (first, last):
+        # raw returns: the pendulum pays 1 per step while up, so return = episode length
+        np.testing.assert_allclose(
+            metrics["eval/episode_reward"], metrics["eval/avg_episode_length"], rtol=1e-5
+        )
+    assert last["eval/episode_reward"] > 2 * first["eval/episode_reward"]
+    assert last["eval/episode_reward"] > 100
