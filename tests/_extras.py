@@ -20,6 +20,9 @@ OPTIONAL = {
     "gymnax": "gymnax",
     "six": "gymnax",
     "gymnasium": "gymnasium",
+    "brax": "brax",
+    "jumanji": "jumanji",
+    "craftax": "craftax",
     "optax": "demo",
     "matplotlib": "demo",
 }

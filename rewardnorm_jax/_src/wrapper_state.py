@@ -202,3 +202,25 @@ def check_placement(
         "axis_name='envs' and vmap with the same axis name (one set merged across the "
         "axis); or pass per_env=True (one set per environment, or a single environment)."
     )
+
+
+def with_stats_from(state: PyTree, stats_from: PyTree) -> PyTree:
+    """``state`` with the statistics of ``stats_from``, its own tracked returns kept.
+
+    For an evaluation (or a resumed run) after a fresh reset: the statistics
+    (running moments, percentiles, running max of ``|G|``) come from
+    ``stats_from``, the tracked returns (fields ``ret``) stay those of the
+    outermost :class:`RewardWrapperState` in ``state``, so ``stats_from`` may
+    come from a batch of another size.
+
+    Raises:
+      ValueError: if the state holds no :class:`RewardWrapperState`, or
+        ``stats_from`` differs from its transform state in structure, or in
+        shape or dtype outside ``ret``.
+    """
+
+    def replace(wrapper_state: RewardWrapperState) -> RewardWrapperState:
+        kept = keep_stats(wrapper_state.transform_state, stats_from)
+        return wrapper_state.replace(transform_state=kept)
+
+    return _find(state, replace, replace=True)

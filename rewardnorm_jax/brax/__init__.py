@@ -22,16 +22,19 @@ MuJoCo Playground environments have the same ``State`` fields; pass
 Only this subpackage imports Brax; the top-level package exports none of it.
 """
 
-from rewardnorm_jax.brax._wrapper import (
-    NormalizeReward,
-    RawRewardEvaluation,
-    RewardTransformWrapper,
-    get_transform_state,
-    set_transform_state,
-    set_update_stats,
-    with_stats_from,
-    wrap_env_fn,
-)
+from rewardnorm_jax._src.extras import requires
+
+with requires("brax", __name__):
+    from rewardnorm_jax.brax._wrapper import (
+        NormalizeReward,
+        RawRewardEvaluation,
+        RewardTransformWrapper,
+        get_transform_state,
+        set_transform_state,
+        set_update_stats,
+        with_stats_from,
+        wrap_env_fn,
+    )
 
 __all__ = [
     "NormalizeReward",

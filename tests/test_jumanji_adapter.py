@@ -1,0 +1,134 @@
+"""rewardnorm_jax.jumanji on real Jumanji environments, against the core."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+jumanji = pytest.importorskip("jumanji", reason="the jumanji extra is not installed")
+
+from jumanji.wrappers import AutoResetWrapper, VmapAutoResetWrapper, VmapWrapper  # noqa: E402
+
+import rewardnorm_jax as rn  # noqa: E402  (after the skip)
+from rewardnorm_jax import jumanji as rnj  # noqa: E402
+
+GAMMA = 0.99
+NUM_ENVS, STEPS = 16, 60
+GYMNASIUM = rn.normalize_reward(GAMMA)
+# Snake ends by collisions and by its time limit, both with discount 0 (terminations);
+# Minesweeper ends on a mine (discount 0) and rewards 1 per new safe square;
+# LevelBasedForaging (rewards per agent) ends at its time limit with discount 1 (truncations).
+ENVS = {
+    "Snake-v1": ({"time_limit": 20}, "terminated"),
+    "Minesweeper-v0": ({}, "rewarded"),
+    "LevelBasedForaging-v0": ({"time_limit": 15}, "truncated"),
+}
+
+
+def random_actions(env, key):
+    num_values = env.action_spec.num_values
+    shape = (NUM_ENVS, *jnp.shape(num_values))
+    return jax.random.randint(key, shape, 0, num_values).astype(env.action_spec.dtype)
+
+
+def core_stream(transform, rewards, terminated, truncated, update):
+    def body(state, xs):
+        reward, state = transform.step(state, *xs)
+        return state, reward
+
+    return jax.lax.scan(
+        body, transform.init(rewards.shape[1:]), (rewards, terminated, truncated, update)
+    )
+
+
+@functools.cache
+def rollout(name):
+    """16 envs, 60 steps, random actions, ``NormalizeReward(VmapAutoResetWrapper(env))``.
+
+    The statistics are frozen on steps 40-49 through the state.
+    """
+    base = jumanji.make(name, **ENVS[name][0])
+    wrapped = rnj.NormalizeReward(VmapAutoResetWrapper(base), GAMMA)
+    schedule = (jnp.arange(STEPS) < 40) | (jnp.arange(STEPS) >= 50)
+
+    @jax.jit
+    def run(key):
+        def body(state, xs):
+            step_key, flag = xs
+            state = rnj.set_update_stats(state, flag)
+            state, timestep = wrapped.step(state, random_actions(base, step_key))
+            return state, (
+                timestep.extras["raw_reward"],
+                timestep.reward,
+                timestep.step_type,
+                timestep.discount,
+            )
+
+        state, _ = wrapped.reset(jax.random.split(key, NUM_ENVS))
+        return jax.lax.scan(body, state, (jax.random.split(key, STEPS), schedule))
+
+    return wrapped, schedule, run(jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags(name):
+    _, schedule, (state, (raw, reward, step_type, discount)) = rollout(name)
+    last = (step_type == jumanji.types.StepType.LAST).reshape(
+        step_type.shape + (1,) * (raw.ndim - 2)
+    )
+    terminated, truncated = last & (discount == 0), last & (discount > 0)
+    shown = {"terminated": terminated, "truncated": truncated, "rewarded": raw != 0}
+    assert bool(shown[ENVS[name][1]].any())
+    core_state, expected = jax.jit(core_stream, static_argnums=0)(
+        GYMNASIUM, raw, terminated, truncated, schedule
+    )
+    assert reward.dtype == raw.dtype
+    np.testing.assert_array_equal(reward, expected)
+    learned = rnj.get_transform_state(state)
+    samples = raw[0].size * int(schedule.sum())
+    assert rn.count_as_int(learned.stats) == samples  # one set for the batch, frozen 10 steps
+    jax.tree.map(np.testing.assert_array_equal, learned, core_state)
+
+
+def test_evaluation_from_learned_and_checkpointed_statistics():
+    wrapped, _, (state, _) = rollout("Snake-v1")
+    learned = rnj.get_transform_state(state)
+    restored = rn.load_state(learned, rn.save_state(learned, GYMNASIUM.config), GYMNASIUM.config)
+    start, _ = jax.jit(wrapped.reset)(jax.random.split(jax.random.PRNGKey(1), NUM_ENVS))
+    evaluation = rnj.set_update_stats(rnj.with_stats_from(start, restored), False)
+    kept = rnj.get_transform_state(evaluation)
+    np.testing.assert_array_equal(kept.ret, np.zeros(NUM_ENVS))
+    jax.tree.map(np.testing.assert_array_equal, kept.stats, learned.stats)
+    evaluation, timestep = jax.jit(wrapped.step)(evaluation, jnp.zeros(NUM_ENVS, jnp.int32))
+    jax.tree.map(
+        np.testing.assert_array_equal, rnj.get_transform_state(evaluation).stats, learned.stats
+    )  # frozen: nothing learned
+    np.testing.assert_array_equal(
+        timestep.reward, wrapped.transform.normalize(learned, timestep.extras["raw_reward"])
+    )
+
+
+def test_composes_with_auto_reset_wrappers_and_refuses_silent_per_env_statistics():
+    snake = jumanji.make("Snake-v1")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    # outside VmapWrapper(AutoResetWrapper(env)): one set for the batch
+    batched = rnj.NormalizeReward(VmapWrapper(AutoResetWrapper(snake)))
+    assert jax.eval_shape(batched.reset, keys)[0].transform_state.ret.shape == (3,)
+    # inside Jumanji's unnamed vmap: an explicit choice, or an error
+    silent = VmapAutoResetWrapper(rnj.NormalizeReward(snake))
+    with pytest.raises(ValueError, match=r"axis_name.*per_env=True"):
+        jax.eval_shape(silent.reset, keys)
+    per_env = VmapWrapper(rnj.NormalizeReward(snake, per_env=True))
+    stats = jax.eval_shape(lambda k: per_env.reset(k)[0].transform_state.stats, keys)
+    assert {leaf.shape[0] for leaf in jax.tree.leaves(stats)} == {3}  # one set per environment
+    # inside AutoResetWrapper it would restart with every episode: refused
+    with pytest.raises(AttributeError, match="key"):
+        jax.eval_shape(
+            AutoResetWrapper(rnj.NormalizeReward(snake, per_env=True)).step,
+            jax.eval_shape(rnj.NormalizeReward(snake, per_env=True).reset, keys[0])[0],
+            jnp.int32(0),
+        )
+    with pytest.raises(ValueError, match="transform"):
+        rnj.RewardTransformWrapper(snake, jnp.tanh)
