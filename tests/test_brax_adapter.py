@@ -60,7 +60,8 @@ def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags():
     np.testing.assert_array_equal(raw, np.ones((STEPS, NUM_ENVS)))
     truncated = truncation > 0
     terminated = (done > 0) & ~truncated
-    assert bool(terminated.any()) and bool(truncated.any())
+    assert bool(terminated.any())
+    assert bool(truncated.any())
     core_state, expected = jax.jit(core_stream, static_argnums=0)(
         GYMNASIUM, raw, terminated, truncated
     )
@@ -117,6 +118,12 @@ def test_wrap_env_fn_puts_the_transform_outermost_and_leaves_evaluation_raw():
     training = fn(env, episode_length=10, action_repeat=1, randomization_fn=None)
     assert isinstance(training, rnb.RewardTransformWrapper)
     assert isinstance(training.env, brax_envs.training.AutoResetWrapper)
+    # reset as Brax's trainers do, a batch of 8 keys per device: one set per device's batch
+    keys = jax.random.split(jax.random.PRNGKey(0), 8)[None]
+    state = jax.eval_shape(jax.vmap(training.reset), keys)
+    got = jax.tree.leaves(state.info["reward_transform_state"])
+    want = jax.tree.leaves(GYMNASIUM.init((8,)))  # statistics (), returns (8,)
+    assert [leaf.shape for leaf in got] == [(1, *jnp.shape(leaf)) for leaf in want]
     evaluation = fn(rnb.RawRewardEvaluation(env), episode_length=10, action_repeat=1)
     assert isinstance(evaluation, brax_envs.training.AutoResetWrapper)
     assert evaluation.unwrapped is env

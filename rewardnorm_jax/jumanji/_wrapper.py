@@ -1,5 +1,6 @@
 r"""A Jumanji wrapper that passes ``timestep.reward`` through a core reward transform."""
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -114,7 +115,9 @@ class RewardTransformWrapper(Wrapper):
         state = _state.RewardWrapperState(
             env_state=env_state, transform_state=transform_state, update_stats=jnp.array(True)
         )
-        return state, timestep.replace(extras={**timestep.extras, RAW_REWARD: timestep.reward})
+        return state, dataclasses.replace(
+            timestep, extras={**timestep.extras, RAW_REWARD: timestep.reward}
+        )
 
     def step(
         self, state: _state.RewardWrapperState, action: jax.Array
@@ -128,7 +131,8 @@ class RewardTransformWrapper(Wrapper):
         reward, transform_state = self.transform.step(
             state.transform_state, raw, last & ended, last & ~ended, state.update_stats
         )
-        timestep = timestep.replace(
+        timestep = dataclasses.replace(
+            timestep,
             reward=reward.astype(jnp.result_type(raw)),
             extras={**timestep.extras, RAW_REWARD: raw},
         )
