@@ -128,7 +128,7 @@ def test_wrap_env_fn_puts_the_transform_outermost_and_leaves_evaluation_raw():
     assert isinstance(evaluation, brax_envs.training.AutoResetWrapper)
     assert evaluation.unwrapped is env
     with pytest.raises(ValueError, match="transform"):
-        rnb.wrap_env_fn(jnp.tanh)
+        rnb.wrap_env_fn(jnp.tanh)  # type: ignore[arg-type]  # the wrong type on purpose
 
 
 def device_put_replicated(tree, devices):

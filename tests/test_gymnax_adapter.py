@@ -1,6 +1,7 @@
 """rewardnorm_jax.gymnax against the core, a PureJaxRL-style reference and gymnax's wrappers."""
 
 import functools
+from typing import Any
 
 import gymnax
 import jax
@@ -516,7 +517,7 @@ def five_value_rollouts(name):
     """
     env, params = gymnax.make(name)
     pure_stack = PureJaxRLVecEnv(PureJaxRLLogWrapper(LegacyStepAPIWrapper(env)))
-    stacks = (
+    stacks: tuple[Any, ...] = (
         rgx.VecEnv(env),
         rgx.NormalizeReward(rgx.VecEnv(env), GAMMA),
         rgx.NormalizeReward(pure_stack, GAMMA),

@@ -131,4 +131,4 @@ def test_composes_with_auto_reset_wrappers_and_refuses_silent_per_env_statistics
             jnp.int32(0),
         )
     with pytest.raises(ValueError, match="transform"):
-        rnj.RewardTransformWrapper(snake, jnp.tanh)
+        rnj.RewardTransformWrapper(snake, jnp.tanh)  # type: ignore[arg-type]  # on purpose
