@@ -159,10 +159,10 @@ class NormalizeReward(RewardTransformWrapper):
       >>> pendulum = envs.get_environment("inverted_pendulum", backend="positional")
       >>> env = envs.training.wrap(pendulum, episode_length=100)
       >>> env = NormalizeReward(env, gamma=0.99)
-      >>> state = env.step(env.reset(jax.random.split(jax.random.PRNGKey(0), 4)), jnp.zeros((4, 1)))
+      >>> state = jax.eval_shape(env.reset, jax.random.split(jax.random.PRNGKey(0), 4))
       >>> from rewardnorm_jax.brax import get_transform_state
-      >>> int(rn.count_as_int(get_transform_state(state).stats))   # one set for the batch
-      4
+      >>> get_transform_state(state).ret.shape   # one set of statistics, 4 returns
+      (4,)
 
     Change logs:
       * v0.2.0 - Initially added.
