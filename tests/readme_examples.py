@@ -1,4 +1,4 @@
-"""Runs the README's Quickstart and Gymnasium adapter examples against the installed package.
+"""Runs the README's Quickstart and the Gymnasium page's examples against the installed package.
 
 The ``wheel`` nox session runs this file with a clean environment's Python
 that has only the built wheel (with its ``gymnasium`` extra), from outside the
@@ -10,8 +10,9 @@ extra to install.
 import pathlib
 import re
 
-README = pathlib.Path(__file__).parents[1] / "README.md"
-SECTIONS = ("Quickstart", "Gymnasium adapter")
+ROOT = pathlib.Path(__file__).parents[1]
+README = ROOT / "README.md"
+GYMNASIUM_PAGE = ROOT / "docs" / "suites" / "gymnasium.md"
 
 
 def python_blocks(section: str) -> list[str]:
@@ -24,18 +25,26 @@ def python_blocks(section: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", body, flags=re.MULTILINE | re.DOTALL)
 
 
+def testcode_blocks(page: pathlib.Path) -> list[str]:
+    """The ```{testcode} blocks of a documentation page, in order."""
+    return re.findall(r"^```\{testcode\}\n(.*?)^```", page.read_text(), re.MULTILINE | re.DOTALL)
+
+
 def main() -> None:
     import rewardnorm_jax
 
     installed = pathlib.Path(rewardnorm_jax.__file__)
     if installed.parent.parent.name != "site-packages":
         raise SystemExit(f"imported {installed}, not an installed package")
-    for section in SECTIONS:
-        blocks = python_blocks(section)
-        namespace: dict = {}  # the blocks of a section build on each other
+    examples = {
+        "README.md, Quickstart": python_blocks("Quickstart"),
+        "docs/suites/gymnasium.md": testcode_blocks(GYMNASIUM_PAGE),
+    }
+    for name, blocks in examples.items():
+        namespace: dict = {}  # the blocks of a page build on each other
         for block in blocks:
-            exec(compile(block, f"README.md, {section}", "exec"), namespace)
-        print(f"README {section}: {len(blocks)} example(s) ran")
+            exec(compile(block, name, "exec"), namespace)
+        print(f"{name}: {len(blocks)} example(s) ran")
     try:
         import rewardnorm_jax.gymnax
     except ImportError as error:
