@@ -33,6 +33,8 @@ myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
+# The Brax and Jumanji adapters are documented without their frameworks installed.
+autodoc_mock_imports = ["brax", "jumanji", "mujoco_playground"]
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "show-inheritance": False}
 napoleon_google_docstring = True
