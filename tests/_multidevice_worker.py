@@ -194,7 +194,8 @@ def run_pmap_of_vmap(dtype, stream):
     fn = jax.pmap(per_env, axis_name="device", devices=jax.devices()[:4])
     results = fn(*(split(x, 4) for x in stream))  # per device: (T, 6)
     return [
-        (jax.tree.map(lambda x: np.asarray(x).reshape(-1), stats), unsplit(out))
+        # (devices, envs, *packed) -> (participants, *packed)
+        (jax.tree.map(lambda x: np.asarray(x).reshape(-1, *x.shape[2:]), stats), unsplit(out))
         for stats, out in results
     ]
 
