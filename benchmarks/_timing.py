@@ -65,25 +65,53 @@ _KERNEL = re.compile(
 )
 
 
-def loop_kernels(jitted, *args) -> int:
-    """Kernels one iteration of the first ``while`` loop (a ``lax.scan``) launches.
+def _computations(text: str) -> dict[str, list[str]]:
+    """The instruction lines of each computation of an HLO module's text, by name."""
+    found, name = {}, None
+    for line in text.split("\n"):
+        header = re.match(r"(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if header and not line.startswith(" "):
+            name = header.group(1)
+            found[name] = []
+        elif line == "}":
+            name = None
+        elif name is not None:
+            found[name].append(line)
+    return found
 
-    Counts the compiled loop body's instructions that run as their own kernel
-    (fusions, library calls, copies, ...) in the optimized HLO of
+
+def _kernels(computations: dict[str, list[str]], name: str) -> int:
+    """Kernels one run of a computation launches; a nested ``while`` costs its body and condition."""
+    count = 0
+    for line in computations[name]:
+        if not _KERNEL.search(line):
+            continue
+        loop = re.search(r" while\(.*condition=%?([\w.\-]+), body=%?([\w.\-]+)", line)
+        if loop:
+            count += _kernels(computations, loop.group(1)) + _kernels(computations, loop.group(2))
+        else:
+            count += 1
+    return count
+
+
+def loop_kernels(jitted, *args) -> int:
+    """Kernels one iteration of the ``lax.scan`` in ``jitted`` launches.
+
+    Counts the instructions of the compiled loop body that run as their own
+    kernel (fusions, library calls, copies, ...) in the optimized HLO of
     ``jitted.lower(*args).compile()``. On CPU each is a separate dispatch per
-    step, so this is a first-order model of a scan's per-step overhead.
-    Returns 0 if the program has no loop.
+    step, so this is a first-order model of a scan's per-step overhead. The
+    scan is the ``while`` loop with the largest known trip count. A loop
+    nested in its body costs the kernels of one trip (its condition and body),
+    unless XLA:CPU compiled it into a single kernel (a small ``call``), which
+    counts as one. Returns 0 if the program has no such loop.
     """
     text = jitted.lower(*args).compile().as_text()
-    body = re.search(r"body=%?([\w.\-]+)", text)
-    if body is None:
+    loops = re.findall(r"body=%?([\w.\-]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"", text)
+    if not loops:
         return 0
-    lines = text.split("\n")
-    start = next(
-        i for i, line in enumerate(lines) if re.match(rf"%?{re.escape(body.group(1))} ", line)
-    )
-    end = lines.index("}", start)
-    return sum(bool(_KERNEL.search(line)) for line in lines[start + 1 : end])
+    body = max(loops, key=lambda loop: int(loop[1]))[0]
+    return _kernels(_computations(text), body)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

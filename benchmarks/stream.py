@@ -85,19 +85,22 @@ def floor_sum_scan(rewards):
 _NORM = rn.normalize_reward(GAMMA, EPSILON)
 
 
+def next_step_active(terminated):
+    """Gymnasium's next-step autoreset: an environment sits out the step after its episode ended."""
+    return jnp.concatenate([jnp.ones_like(terminated[:1]), ~terminated[:-1]])
+
+
 @jax.jit
 def ours_scan(rewards, terminated):
     """``normalize_reward().step`` under Gymnasium's vector (next-step autoreset) convention."""
-    num_envs = rewards.shape[1]
 
-    def body(carry, inputs):
-        state, previous_done = carry
-        reward, done = inputs
-        out, state = _NORM.step(state, reward, done, False, active=~previous_done)
-        return (state, done), out
+    def body(state, inputs):
+        reward, done, active = inputs
+        out, state = _NORM.step(state, reward, done, False, active=active)
+        return state, out
 
-    init = (_NORM.init((num_envs,)), jnp.zeros(num_envs, bool))
-    return jax.lax.scan(body, init, (rewards, terminated))[1]
+    init = _NORM.init(rewards.shape[1:])
+    return jax.lax.scan(body, init, (rewards, terminated, next_step_active(terminated)))[1]
 
 
 def inline_init(num_envs: int):

@@ -183,6 +183,43 @@ def batch_moments(xp, x, mask, reduce: Reduce):
     return count, mean, reduce(deviation * deviation) / divisor
 
 
+def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):
+    r"""Count, mean and population variance of a batch from its shifted sums.
+
+    With :math:`d_i = x_i - s` over the :math:`n_b` selected entries (``shift``
+    :math:`s` one of them, so that :math:`|d_i|` is of the order of the spread):
+
+    .. math::
+        \mu_b = s + \frac{\sum_i d_i}{n_b}, \qquad
+        \sigma_b^2 = \frac{\sum_i d_i^2}{n_b} - \Big(\frac{\sum_i d_i}{n_b}\Big)^2
+
+    One pass over the batch gives all three sums (one fused reduction), and
+    the shift keeps the difference well conditioned when :math:`|\mu_b| \gg
+    \sigma_b` (shifting by 0 would cancel catastrophically). Rounding can
+    make the difference slightly negative: it is clamped at 0. With
+    :math:`n_b = 0` the mean is the shift and the variance 0.
+
+    Args:
+        xp: array namespace.
+        count: :math:`n_b`.
+        deviation_sum: :math:`\sum_i d_i`.
+        square_sum: :math:`\sum_i d_i^2`.
+        shift: :math:`s`.
+
+    Returns:
+        ``(n_b, mu_b, var_b)``.
+
+    Example:
+        >>> moments = moments_from_shifted_sums(np, 3.0, 3.0, 5.0, 1.0)  # x = 1, 2, 3; s = 1
+        >>> [round(float(m), 4) for m in moments]
+        [3.0, 2.0, 0.6667]
+    """
+    divisor = xp.maximum(count, 1.0)
+    mean_deviation = deviation_sum / divisor
+    var = xp.maximum(square_sum / divisor - mean_deviation * mean_deviation, 0.0)
+    return count, shift + mean_deviation, var
+
+
 def chan_increments(count, mean, batch_count, batch_mean, batch_var):
     r"""Increments of the running mean and M2 when a batch joins them.
 
@@ -289,7 +326,16 @@ def scale_by_std(xp, reward, var, epsilon, clip, passthrough):
         clip: bound ``c`` of the symmetric clip, or ``None``.
         passthrough: boolean mask of entries to leave as they are.
     """
-    scaled = reward / xp.sqrt(var + epsilon)
+    return clip_scaled(xp, reward / xp.sqrt(var + epsilon), reward, clip, passthrough)
+
+
+def clip_scaled(xp, scaled, reward, clip, passthrough):
+    """The scaled rewards clipped to ``[-clip, clip]``, ``reward`` where ``passthrough``.
+
+    The tail of :func:`scale_by_std`, for callers that scale by a reciprocal
+    standard deviation computed beforehand (the JAX step computes it in the
+    kernel that merges the statistics).
+    """
     if clip is not None:
         scaled = xp.maximum(xp.minimum(scaled, clip), -clip)
     return select(xp, passthrough, reward, scaled)

@@ -66,6 +66,7 @@ def return_step(
     semantics,
     dtype,
     merge,
+    finite_rewards=False,
 ):
     """One environment step of a transform driven by the discounted return.
 
@@ -82,6 +83,11 @@ def return_step(
     participants that freeze contribute nothing, the others merge as usual,
     and every participant still ends with identical statistics.
 
+    Static flags stay Python booleans, so the compiled step carries only the
+    masks it needs: with ``finite_rewards`` (the caller's promise that every
+    reward is finite), no ``active`` and ``update_stats=True``, ``merge``
+    receives the mask ``True``.
+
     Returns:
       ``(reward, ret, stats)``: the reward cast to ``dtype``, the return to
       carry, and the statistics.
@@ -95,9 +101,14 @@ def return_step(
         )
     terminated = base.as_flag(terminated, shape)
     truncated = base.as_flag(truncated, shape)
-    active = base.as_flag(True if active is None else active, shape)
+    if active is not None:
+        active = base.as_flag(active, shape)
+    if not isinstance(update_stats, bool):
+        update_stats = jnp.asarray(update_stats, bool)
     reward = jnp.asarray(reward, dtype)
-    valid = active & jnp.isfinite(reward)
+    valid = True if finite_rewards else jnp.isfinite(reward)
+    if active is not None:
+        valid = active & valid
 
     new_ret, stats = formulas.return_step(
         jnp,
@@ -106,7 +117,7 @@ def return_step(
         reward,
         terminated,
         truncated,
-        jnp.asarray(update_stats, bool),
+        update_stats,
         valid,
         active,
         gamma=gamma,
@@ -138,6 +149,7 @@ def normalize_reward(
     decay=None,
     shared: bool | np.bool_ = True,
     g_max=None,
+    finite_rewards: bool | np.bool_ = False,
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
 
@@ -227,6 +239,10 @@ def normalize_reward(
       g_max: ``None``, or the bound :math:`g_{max} > 0` on the normalized
         return that sets the floor :math:`M / g_{max}` of the divisor
         (SimbaV2 and FastTD3 use 10).
+      finite_rewards: the caller's promise that every reward is finite. The
+        compiled step then skips the NaN/inf handling (a non-finite reward
+        would poison the statistics); with no ``active`` mask either, it
+        selects no entries at all, the cheapest step.
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform`. The output reward has the
@@ -267,6 +283,9 @@ def normalize_reward(
     if not isinstance(shared, (bool, np.bool_)):  # a truthy string would silently share
         raise TypeError(f"shared should be a bool, got shared={shared!r}.")
     shared = bool(shared)
+    if not isinstance(finite_rewards, (bool, np.bool_)):
+        raise TypeError(f"finite_rewards should be a bool, got finite_rewards={finite_rewards!r}.")
+    finite_rewards = bool(finite_rewards)
 
     def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
         batch_shape = base.check_batch_shape(batch_shape)
@@ -282,29 +301,47 @@ def normalize_reward(
         base.check_state(state, init, batch_shape, config, STATE_HINTS)
         return batch_shape
 
-    def scale(state: NormalizeRewardState, reward: jax.Array) -> jax.Array:
-        var = state.stats.var
+    def divisor_var(running, ret_abs_max) -> jax.Array:
+        """The variance the rewards are divided by (floored by ``g_max``)."""
+        var = running.var
         if g_max is not None:  # max(sqrt(var + eps), M / g_max) as one square root
-            floor = state.ret_abs_max / g_max
+            floor = ret_abs_max / g_max
             var = jnp.maximum(var, floor * floor - epsilon)
-        return formulas.scale_by_std(jnp, reward, var, epsilon, clip, ~jnp.isfinite(reward))
+        return var
+
+    def inverse_std(running, ret_abs_max) -> jax.Array:
+        # XLA computes r / sqrt(v) as r * rsqrt(v) anyway; the step takes the
+        # rsqrt in the merge's kernel, which keeps it from a kernel of its own.
+        return jax.lax.rsqrt(divisor_var(running, ret_abs_max) + epsilon)
+
+    def scale(reward, inverse) -> jax.Array:
+        """The rewards times ``inverse`` (clipped), non-finite ones passed through."""
+        passthrough = False if finite_rewards else ~jnp.isfinite(reward)
+        return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
         base.check_step_shapes(check_state(state), reward)
-        return scale(state, jnp.asarray(reward, dtype))
+        reward = jnp.asarray(reward, dtype)
+        return scale(reward, inverse_std(state.stats, state.ret_abs_max))
 
-    def merge(stats, ret, valid):
-        running, ret_abs_max = stats
-        running = rs.update(running, ret, valid, axis_name=axis_name)
+    def merge(stats, ret, mask):
+        running, ret_abs_max, _ = stats
         if g_max is not None:
-            ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), valid, axis_name)
-        return running, ret_abs_max
+            ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
+        running, inverse = rs.merge_batch(
+            running,
+            ret,
+            None if mask is True else jnp.broadcast_to(mask, ret.shape),
+            axis_name=axis_name,
+            then=lambda merged: inverse_std(merged, ret_abs_max),
+        )
+        return running, ret_abs_max, inverse
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         check_state(state)
-        reward, ret, (stats, ret_abs_max) = return_step(
+        reward, ret, (stats, ret_abs_max, inverse) = return_step(
             state.ret,
-            (state.stats, state.ret_abs_max),
+            (state.stats, state.ret_abs_max, None),
             reward,
             terminated,
             truncated,
@@ -314,9 +351,10 @@ def normalize_reward(
             semantics=semantics,
             dtype=dtype,
             merge=merge,
+            finite_rewards=finite_rewards,
         )
         new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        return scale(new_state, reward), new_state
+        return scale(reward, inverse), new_state
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
         return step(state, reward, terminated, truncated, active=active)[1]
@@ -331,5 +369,6 @@ def normalize_reward(
         decay=decay,
         shared=shared,
         g_max=g_max,
+        finite_rewards=finite_rewards,
     )
     return base.RewardTransform(init, update, normalize, step, config)

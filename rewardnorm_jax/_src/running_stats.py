@@ -52,6 +52,13 @@ from rewardnorm_jax._src import base, formulas
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
+# Entries per statistic from which the three sums of a merge run as one
+# stacked sum (a vectorized reduction on XLA:CPU) rather than one fused
+# three-output loop (fewer kernels, scalar code).
+_STACKED_SUMS_FROM = 1024
+_LANES = 8  # partial sums per term of the stacked sum
+# Statistics up to this size merge in one kernel on XLA:CPU (_in_one_kernel).
+_ONE_KERNEL_STATISTICS = 16
 
 
 # Positions along the last axis of ``RunningStats.moments`` and ``.count_words``.
@@ -220,24 +227,21 @@ def _add_count(stats: RunningStats, batch_count: jax.Array):
     return stats.count_hi + carry, low
 
 
-def _count_increment(batch_count, mask, reduce, num_batch_axes: int, axis_name):
-    """The batch's sample count as a ``uint32``, exactly.
+def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
+    """Whether the batch's float sum of ones counts its selected entries exactly.
 
-    ``batch_count`` (the moments' float sum of ones) is exact whenever all
-    participants together reduce at most :math:`2^{p}` entries (``p`` the
-    mantissa bits plus one: :math:`2^{24}` in float32): every partial sum, on a
-    device or across ``axis_name``, is then an integer the float holds, in any
-    summation order. It is converted rather than summed again as ``uint32``,
-    which on CPU is a slow scalar loop beside the vectorized float sums and
-    across devices a second collective. Larger batches count in ``uint32``.
+    It does whenever all participants together reduce at most :math:`2^{p}`
+    entries (``p`` the mantissa bits plus one: :math:`2^{24}` in float32):
+    every partial sum, on a device or across ``axis_name``, is then an integer
+    the float holds, in any summation order. It is converted rather than
+    summed again as ``uint32``, which on CPU is a slow scalar loop beside the
+    vectorized float sums and across devices a second collective. Larger
+    batches count in ``uint32``.
     """
-    mantissa_bits = jnp.finfo(batch_count.dtype).nmant + 1
+    mantissa_bits = jnp.finfo(batch.dtype).nmant + 1
     # psum of a Python 1 is the (static) number of participants along axis_name.
     participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-    entries = participants * math.prod(mask.shape[:num_batch_axes])
-    if entries <= 2**mantissa_bits:
-        return batch_count.astype(jnp.uint32)
-    return reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
+    return participants * math.prod(batch.shape[:num_batch_axes]) <= 2**mantissa_bits
 
 
 def make_reduce(num_batch_axes: int, axis_name=None):
@@ -248,6 +252,162 @@ def make_reduce(num_batch_axes: int, axis_name=None):
         return total if axis_name is None else jax.lax.psum(total, axis_name)
 
     return reduce
+
+
+def _first_of_pair(a, b):
+    return a[0] | b[0], jnp.where(a[0], a[1], b[1])
+
+
+def _shift(batch, mask, num_batch_axes: int, axis_name):
+    """One selected entry of the batch per statistic (0 where none): the shift.
+
+    Without a mask, the batch's first entry. With one, a selected entry found
+    by one reduction (the first one in XLA's reduction order). Under
+    ``axis_name`` every participant takes the largest participant's shift,
+    so that their shifted sums add up.
+    """
+    if mask is None and 0 not in batch.shape[:num_batch_axes]:
+        found, shift = True, batch[(0,) * num_batch_axes]
+    else:
+        mask = jnp.ones(batch.shape, bool) if mask is None else mask
+        found, shift = jax.lax.reduce(
+            (mask, jnp.where(mask, batch, 0.0)),
+            (jnp.bool_(False), jnp.zeros((), batch.dtype)),
+            _first_of_pair,
+            tuple(range(num_batch_axes)),
+        )
+    if axis_name is None:
+        return shift
+    shift = jax.lax.pmax(jnp.where(found, shift, -jnp.inf), axis_name)
+    return jnp.where(shift > -jnp.inf, shift, 0.0)
+
+
+def _add3(a, b):
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
+def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name):
+    """``(n_b, sum d, sum d^2)`` of the selected ``d = x - shift``, in one reduction.
+
+    Either a tuple of three arrays, from one fused three-output loop (the
+    fewest kernels), or, from ``_STACKED_SUMS_FROM`` entries per statistic,
+    one array of the three terms stacked and summed down to
+    ``_LANES`` partial sums each (a vectorized column sum), shape
+    ``(3, _LANES, *S)``; :func:`_merge_sums` adds up the lanes. Either unpacks
+    as ``count, deviation_sum, square_sum``.
+    """
+    deviation = batch - shift
+    if mask is None:
+        weight = jnp.ones_like(batch)
+    else:  # unselected entries may hold NaN: selected away, never multiplied
+        weight = mask.astype(batch.dtype)
+        deviation = jnp.where(mask, deviation, 0.0)
+    terms = (weight, deviation, deviation * deviation)
+    entries = math.prod(batch.shape[:num_batch_axes])
+    if entries >= _STACKED_SUMS_FROM and entries % _LANES == 0:
+        stacked = jnp.stack(terms).reshape(3, entries // _LANES, _LANES, *batch.shape[num_batch_axes:])
+        sums = jnp.sum(stacked, axis=1)
+    else:
+        zero = jnp.zeros((), batch.dtype)
+        sums = jax.lax.reduce(terms, (zero, zero, zero), _add3, tuple(range(num_batch_axes)))
+    return sums if axis_name is None else jax.lax.psum(sums, axis_name)
+
+
+def _merge_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
+    """Merges a batch given by its shifted sums (elementwise over the statistics)."""
+    count_b, deviation_sum, square_sum = sums if isinstance(sums, tuple) else sums.sum(axis=1)
+    batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
+        jnp, count_b, deviation_sum, square_sum, shift
+    )
+    count, m2, m2_low = stats.count, stats.m2, stats.m2_low
+    if stats.decay is not None:  # forget: the past keeps the weight decay * W
+        decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
+        count, m2, m2_low = decay * count, decay * m2, decay * m2_low
+    mean, mean_low, m2, m2_low = formulas.merge_moments(
+        jnp, stats.mean, stats.mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var
+    )
+    if count_increment is None:  # the float count is exact (_float_count_is_exact)
+        count_increment = batch_count.astype(jnp.uint32)
+    count_hi, count_lo = _add_count(stats, count_increment)
+    return RunningStats.from_parts(
+        mean=mean,
+        mean_low=mean_low,
+        m2=m2,
+        m2_low=m2_low,
+        count_hi=count_hi,
+        count_lo=count_lo,
+        weight=None if stats.decay is None else count + batch_count,
+        decay=stats.decay,
+    )
+
+
+def _consumed(sums):
+    """``sums`` with the sum of squares (never negative) set to -1."""
+    if isinstance(sums, tuple):
+        return (*sums[:2], jnp.full_like(sums[2], -1.0))
+    return sums.at[2].set(-1.0)
+
+
+def _in_one_kernel(stats, sums, shift, count_increment, then):
+    """:func:`_merge_sums`, then ``then`` of the merged statistics, as one CPU kernel.
+
+    XLA:CPU compiles a ``while`` loop whose buffers are small (here a few
+    scalars per statistic) into a single kernel, where the same arithmetic in
+    straight-line code is split into a dozen fusions, each a dispatch per
+    step. So on CPU the merge of up to ``_ONE_KERNEL_STATISTICS`` statistics
+    runs as a loop of one trip: its condition reads the sums of squares
+    (never negative, or NaN: the compiler cannot know the trip count, so it
+    keeps the loop) and the body marks them consumed. Elsewhere the merge
+    runs directly. ``then``'s result has the shape and
+    dtype of ``shift``: the loop carries the shift in, ``then``'s result out.
+    """
+
+    def direct(stats, sums, shift, count_increment):
+        merged = _merge_sums(stats, sums, shift, count_increment)
+        return merged, None if then is None else then(merged)
+
+    def looped(stats, sums, shift, count_increment):
+        def body(carry):
+            stats, sums, count_increment, shift = carry
+            merged, out = direct(stats, sums, shift, count_increment)
+            return merged, _consumed(sums), count_increment, shift if out is None else out
+
+        carry = (stats, sums, count_increment, shift)
+        pending = lambda carry: jnp.all(~(carry[1][2] < 0))  # noqa: E731
+        merged, _, _, out = jax.lax.while_loop(pending, body, carry)
+        return merged, None if then is None else out
+
+    if stats.mean.size > _ONE_KERNEL_STATISTICS:
+        return direct(stats, sums, shift, count_increment)
+    return jax.lax.platform_dependent(
+        stats, sums, shift, count_increment, cpu=looped, default=direct
+    )
+
+
+def merge_batch(stats: RunningStats, batch, mask, *, axis_name=None, then=None):
+    """:func:`update` of checked arrays; also returns ``then(merged)`` (or None).
+
+    Args:
+      stats: the statistics.
+      batch: values of shape ``(*B, *S)``, in the statistics' dtype.
+      mask: boolean of the batch's shape, or ``None`` to select every entry.
+      axis_name: as for :func:`update`.
+      then: ``None``, or a function of the merged statistics returning an
+        array of their shape and dtype, computed in the same kernel as the
+        merge (see :func:`_in_one_kernel`).
+
+    Returns:
+      ``(merged, then(merged) or None)``.
+    """
+    num_batch_axes = batch.ndim - stats.mean.ndim
+    shift = _shift(batch, mask, num_batch_axes, axis_name)
+    sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name)
+    count_increment = None
+    if not _float_count_is_exact(batch, num_batch_axes, axis_name):
+        selected = jnp.ones(batch.shape, bool) if mask is None else mask
+        reduce = make_reduce(num_batch_axes, axis_name)
+        count_increment = reduce(selected.astype(jnp.uint32)).astype(jnp.uint32)
+    return _in_one_kernel(stats, sums, shift, count_increment, then)
 
 
 def update(
@@ -315,31 +475,11 @@ def update(
             f"batch of shape {batch.shape} does not end with the statistics' "
             f"shape {stats.mean.shape}."
         )
-    mask = jnp.ones(batch.shape, bool) if mask is None else jnp.asarray(mask, bool)
-    if mask.shape != batch.shape:
-        raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
-    reduce = make_reduce(num_batch_axes, axis_name)
-    batch_count, batch_mean, batch_var = formulas.batch_moments(jnp, batch, mask, reduce)
-    count, m2, m2_low = stats.count, stats.m2, stats.m2_low
-    if stats.decay is not None:  # forget: the past keeps the weight decay * W
-        decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
-        count, m2, m2_low = decay * count, decay * m2, decay * m2_low
-    mean, mean_low, m2, m2_low = formulas.merge_moments(
-        jnp, stats.mean, stats.mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var
-    )
-    count_hi, count_lo = _add_count(
-        stats, _count_increment(batch_count, mask, reduce, num_batch_axes, axis_name)
-    )
-    return RunningStats.from_parts(
-        mean=mean,
-        mean_low=mean_low,
-        m2=m2,
-        m2_low=m2_low,
-        count_hi=count_hi,
-        count_lo=count_lo,
-        weight=None if stats.decay is None else count + batch_count,
-        decay=stats.decay,
-    )
+    if mask is not None:
+        mask = jnp.asarray(mask, bool)
+        if mask.shape != batch.shape:
+            raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
+    return merge_batch(stats, batch, mask, axis_name=axis_name)[0]
 
 
 def check_stats(stats) -> None:

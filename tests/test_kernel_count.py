@@ -1,0 +1,69 @@
+"""The compiled step launches no more kernels than the naive normalizer (no timing).
+
+The kernels one ``lax.scan`` step launches (fusions, library calls, copies,
+nested loops, as counted by ``benchmarks/_timing.py``'s ``loop_kernels`` in
+the optimized HLO) are the per-step overhead of a scan on XLA:CPU, and on an
+accelerator every kernel is a launch. The reference is the naive normalizer
+users would otherwise paste (``benchmarks/stream.py``'s ``inline_step``:
+PureJaxRL's arithmetic, no masks, no NaN handling).
+"""
+
+import jax
+import jax.numpy as jnp
+import pytest
+import stream
+from _timing import loop_kernels
+
+import rewardnorm_jax as rn
+
+STEPS = 16  # the loop body does not depend on the stream's length
+# XLA:CPU runs a scan body of at most this many kernels inline on the calling
+# thread; a longer one is dispatched as a task graph, which costs per kernel.
+INLINE_KERNELS = 8
+
+
+def scan_of(norm, with_active: bool):
+    @jax.jit
+    def scan(rewards, terminated):
+        def body(state, inputs):
+            reward, done, active = inputs
+            out, state = norm.step(
+                state, reward, done, False, active=active if with_active else None
+            )
+            return state, out
+
+        inputs = (rewards, terminated, stream.next_step_active(terminated))
+        return jax.lax.scan(body, norm.init(rewards.shape[1:]), inputs)[1]
+
+    return scan
+
+
+def kernels(num_envs):
+    rewards, terminated = (jnp.asarray(a) for a in stream.make_stream(STEPS, num_envs))
+    default = rn.normalize_reward(stream.GAMMA, stream.EPSILON)
+    fast = rn.normalize_reward(stream.GAMMA, stream.EPSILON, finite_rewards=True)
+    scans = {
+        "naive": stream.naive_scan,
+        "default, active mask": scan_of(default, with_active=True),
+        "default": scan_of(default, with_active=False),
+        "finite rewards, no mask": scan_of(fast, with_active=False),
+    }
+    return {name: loop_kernels(scan, rewards, terminated) for name, scan in scans.items()}
+
+
+@pytest.mark.parametrize("num_envs", [64, 1024, 4096])
+def test_the_step_launches_no_more_kernels_than_the_naive_step(num_envs):
+    counts = kernels(num_envs)
+    assert counts["naive"] > 0, counts
+    for name in ("default, active mask", "default", "finite rewards, no mask"):
+        assert 0 < counts[name] <= counts["naive"], counts
+    assert counts["finite rewards, no mask"] <= counts["default"] <= counts["default, active mask"]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's inline threshold")
+def test_the_default_step_runs_inline_on_cpu():
+    # Relies on XLA:CPU compiling the statistics merge (a one-trip while loop
+    # over a few scalars) into a single kernel: if a compiler update splits
+    # it again, this fails.
+    counts = kernels(64)
+    assert counts["default, active mask"] <= INLINE_KERNELS, counts
