@@ -81,7 +81,7 @@ def _computations(text: str) -> dict[str, list[str]]:
 
 
 def _kernels(computations: dict[str, list[str]], name: str) -> int:
-    """Kernels one run of a computation launches; a nested ``while`` costs its body and condition."""
+    """Kernels one run of a computation launches; a nested loop costs its body and condition."""
     count = 0
     for line in computations[name]:
         if not _KERNEL.search(line):

@@ -305,7 +305,9 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name):
     terms = (weight, deviation, deviation * deviation)
     entries = math.prod(batch.shape[:num_batch_axes])
     if entries >= _STACKED_SUMS_FROM and entries % _LANES == 0:
-        stacked = jnp.stack(terms).reshape(3, entries // _LANES, _LANES, *batch.shape[num_batch_axes:])
+        stacked = jnp.stack(terms).reshape(
+            3, entries // _LANES, _LANES, *batch.shape[num_batch_axes:]
+        )
         sums = jnp.sum(stacked, axis=1)
     else:
         zero = jnp.zeros((), batch.dtype)
@@ -372,8 +374,10 @@ def _in_one_kernel(stats, sums, shift, count_increment, then):
             merged, out = direct(stats, sums, shift, count_increment)
             return merged, _consumed(sums), count_increment, shift if out is None else out
 
+        def pending(carry):
+            return jnp.all(~(carry[1][2] < 0))
+
         carry = (stats, sums, count_increment, shift)
-        pending = lambda carry: jnp.all(~(carry[1][2] < 0))  # noqa: E731
         merged, _, _, out = jax.lax.while_loop(pending, body, carry)
         return merged, None if then is None else out
 
