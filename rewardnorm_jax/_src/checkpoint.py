@@ -203,6 +203,19 @@ def _check_values(state) -> None:
             check_statistics(node, "state" + jax.tree_util.keystr(path))
 
 
+def _v1_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Version-1 metadata with the options added since, at the values it implied.
+
+    A ``normalize_reward`` config of version 1 has no ``finite_rewards``: its
+    normalizers handled non-finite rewards, so it is ``False``.
+    """
+    metadata = dict(metadata)
+    for key, value in list(metadata.items()):
+        if key.endswith("transform") and value == "normalize_reward":
+            metadata.setdefault(key[: -len("transform")] + "finite_rewards", False)
+    return metadata
+
+
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serializes a transform state (any pytree of arrays) to msgpack bytes.
 
@@ -262,7 +275,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
 
     Checkpoints of format version 1 (rewardnorm_jax 0.1.0, which stored each
     quantity of :class:`~rewardnorm_jax.RunningStats` as its own leaf) are
-    migrated to the packed layout on loading, bit for bit.
+    migrated to the packed layout on loading, bit for bit, and their
+    metadata gains the options added since at the values version 1 implied
+    (``finite_rewards=False``).
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
@@ -294,6 +309,7 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     saved = record["state"]
     if record["version"] == 1:
         saved = _pack_v1_stats(saved)
+        record["metadata"] = _v1_metadata(record["metadata"])
     expected = serialization.to_state_dict(template)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
