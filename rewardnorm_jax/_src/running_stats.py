@@ -57,6 +57,8 @@ _WORD = 2.0**32
 # three-output loop (fewer kernels, scalar code).
 _STACKED_SUMS_FROM = 1024
 _LANES = 8  # partial sums per term of the stacked sum
+# Entries per statistic from which the shift is the batch's mean (two passes).
+_MEAN_SHIFT_FROM = 4096
 # Statistics up to this size merge in one kernel on XLA:CPU (_in_one_kernel).
 _ONE_KERNEL_STATISTICS = 16
 
@@ -291,10 +293,10 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name):
 
     Either a tuple of three arrays, from one fused three-output loop (the
     fewest kernels), or, from ``_STACKED_SUMS_FROM`` entries per statistic,
-    one array of the three terms stacked and summed down to
-    ``_LANES`` partial sums each (a vectorized column sum), shape
-    ``(3, _LANES, *S)``; :func:`_merge_sums` adds up the lanes. Either unpacks
-    as ``count, deviation_sum, square_sum``.
+    one array of the three terms stacked and summed down to ``_LANES`` partial
+    sums each (a vectorized column sum), shape ``(3, _LANES, *S)``, whose
+    lanes :func:`_merge_sums` adds up. Either unpacks as ``count,
+    deviation_sum, square_sum``.
     """
     deviation = batch - shift
     if mask is None:
@@ -313,6 +315,25 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name):
         zero = jnp.zeros((), batch.dtype)
         sums = jax.lax.reduce(terms, (zero, zero, zero), _add3, tuple(range(num_batch_axes)))
     return sums if axis_name is None else jax.lax.psum(sums, axis_name)
+
+
+def _two_pass_sums(batch, mask, num_batch_axes: int, axis_name):
+    """``(mean, (n_b, 0, sum d^2))``: the sums shifted by the batch's own mean.
+
+    The classic two passes, in vectorized sums (count and total stacked in
+    one, then the squared deviations), for large batches: finding a selected
+    entry to shift by would be a serial loop over the batch, and with the
+    exact mean as the shift the deviations sum to 0.
+    """
+    reduce = make_reduce(num_batch_axes, axis_name)
+    selected = jnp.ones(batch.shape, bool) if mask is None else mask
+    stacked = jnp.stack([selected.astype(batch.dtype), jnp.where(selected, batch, 0.0)])
+    count, total = jnp.sum(stacked, axis=tuple(range(1, num_batch_axes + 1)))
+    if axis_name is not None:
+        count, total = jax.lax.psum((count, total), axis_name)
+    mean = total / jnp.maximum(count, 1.0)
+    deviation = jnp.where(selected, batch - mean, 0.0)
+    return mean, (count, jnp.zeros_like(mean), reduce(deviation * deviation))
 
 
 def _merge_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
@@ -404,8 +425,11 @@ def merge_batch(stats: RunningStats, batch, mask, *, axis_name=None, then=None):
       ``(merged, then(merged) or None)``.
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
-    shift = _shift(batch, mask, num_batch_axes, axis_name)
-    sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name)
+    if math.prod(batch.shape[:num_batch_axes]) >= _MEAN_SHIFT_FROM:
+        shift, sums = _two_pass_sums(batch, mask, num_batch_axes, axis_name)
+    else:
+        shift = _shift(batch, mask, num_batch_axes, axis_name)
+        sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name)
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
         selected = jnp.ones(batch.shape, bool) if mask is None else mask
