@@ -402,7 +402,7 @@ def _in_one_kernel(stats, sums, shift, count_increment, then):
         merged, _, _, out = jax.lax.while_loop(pending, body, carry)
         return merged, None if then is None else out
 
-    if stats.mean.size > _ONE_KERNEL_STATISTICS:
+    if not 0 < stats.mean.size <= _ONE_KERNEL_STATISTICS:  # (an empty loop never ends)
         return direct(stats, sums, shift, count_increment)
     return jax.lax.platform_dependent(
         stats, sums, shift, count_increment, cpu=looped, default=direct
