@@ -67,7 +67,8 @@ _KERNEL = re.compile(
 
 def _computations(text: str) -> dict[str, list[str]]:
     """The instruction lines of each computation of an HLO module's text, by name."""
-    found, name = {}, None
+    found: dict[str, list[str]] = {}
+    name = None
     for line in text.split("\n"):
         header = re.match(r"(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
         if header and not line.startswith(" "):
