@@ -12,7 +12,11 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from rewardnorm_jax._src.base import RewardTransform
+from rewardnorm_jax._src.normalize import normalize_reward
+
 PyTree = Any
+SEMANTICS_DEFAULT = object()  # an adapter's ``clip`` left out: the semantics' own bound
 
 
 class RewardWrapperState(struct.PyTreeNode):
@@ -170,6 +174,66 @@ def has_statistics(transform_state: PyTree) -> bool:
         not any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == RETURN_FIELD for k in path)
         for path, _ in leaves
     )
+
+
+def check_transform(transform: Any) -> RewardTransform:
+    """``transform`` itself, after checking it is a :class:`~rewardnorm_jax.RewardTransform`.
+
+    Raises:
+      ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
+    """
+    if not isinstance(transform, RewardTransform):
+        raise ValueError(
+            f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
+            f"rn.normalize_reward()), got {transform!r} of type "
+            f"{type(transform).__name__}."
+        )
+    return transform
+
+
+def normalize_transform(
+    gamma: float,
+    epsilon: float,
+    semantics: Any,
+    clip: Any,
+    dtype: Any,
+    axis_name: Any,
+    per_env: bool,
+    options: dict[str, Any],
+) -> tuple[RewardTransform, bool]:
+    """The transform of an adapter's ``NormalizeReward`` and its ``per_env`` flag.
+
+    Builds :func:`~rewardnorm_jax.normalize_reward` from the adapter's
+    arguments (``clip`` passed on unless it is :data:`SEMANTICS_DEFAULT`);
+    ``shared=False`` in ``options`` asks for ``per_env`` as well.
+
+    Raises:
+      ValueError: for an invalid hyperparameter (see
+        :func:`~rewardnorm_jax.normalize_reward`).
+    """
+    if clip is not SEMANTICS_DEFAULT:
+        options = {**options, "clip": clip}
+    transform = normalize_reward(
+        gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
+    )
+    return transform, per_env or not options.get("shared", True)
+
+
+def init_transform_state(
+    wrapper: str,
+    transform: RewardTransform,
+    batch_shape: tuple[int, ...],
+    axis_name: Any,
+    per_env: bool,
+) -> PyTree:
+    """``transform.init(batch_shape)``, checked by :func:`check_placement`.
+
+    Raises:
+      ValueError: as :func:`check_placement`.
+    """
+    transform_state = transform.init(batch_shape)
+    check_placement(wrapper, batch_shape, transform_state, axis_name=axis_name, per_env=per_env)
+    return transform_state
 
 
 def check_placement(

@@ -12,7 +12,7 @@ import rewardnorm_jax as rn
 from rewardnorm_jax._src import wrapper_state as _state
 
 PyTree = Any
-_SEMANTICS_DEFAULT = object()
+_SEMANTICS_DEFAULT = _state.SEMANTICS_DEFAULT
 
 TRANSFORM_STATE = "reward_transform_state"  # state.info key: the transform's state
 UPDATE_STATS = "reward_update_stats"  # state.info key: bool (), False freezes the statistics
@@ -88,14 +88,8 @@ class RewardTransformWrapper(Wrapper):
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
         """
-        if not isinstance(transform, rn.RewardTransform):
-            raise ValueError(
-                f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
-                f"rn.normalize_reward()), got {transform!r} of type "
-                f"{type(transform).__name__}."
-            )
         super().__init__(env)
-        self.transform = transform
+        self.transform = _state.check_transform(transform)
         self._axis_name = axis_name
         self._per_env = bool(per_env)
 
@@ -109,13 +103,8 @@ class RewardTransformWrapper(Wrapper):
         """
         state = self.env.reset(rng)
         batch_shape = tuple(jnp.shape(state.reward))
-        transform_state = self.transform.init(batch_shape)
-        _state.check_placement(
-            type(self).__name__,
-            batch_shape,
-            transform_state,
-            axis_name=self._axis_name,
-            per_env=self._per_env,
+        transform_state = _state.init_transform_state(
+            type(self).__name__, self.transform, batch_shape, self._axis_name, self._per_env
         )
         info = {**state.info, TRANSFORM_STATE: transform_state, UPDATE_STATS: jnp.array(True)}
         return state.replace(info=info, metrics={**state.metrics, RAW_REWARD: state.reward})
@@ -191,16 +180,10 @@ class NormalizeReward(RewardTransformWrapper):
           ValueError: for an invalid hyperparameter (see
             :func:`rewardnorm_jax.normalize_reward`).
         """
-        if clip is not _SEMANTICS_DEFAULT:
-            options["clip"] = clip
-        super().__init__(
-            env,
-            rn.normalize_reward(
-                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
-            ),
-            axis_name=axis_name,
-            per_env=per_env or not options.get("shared", True),
+        transform, per_env = _state.normalize_transform(
+            gamma, epsilon, semantics, clip, dtype, axis_name, per_env, options
         )
+        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
 
 
 def get_transform_state(state: State) -> PyTree:

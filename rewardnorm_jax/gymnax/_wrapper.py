@@ -12,7 +12,7 @@ import rewardnorm_jax as rn
 from rewardnorm_jax._src import wrapper_state as _state
 
 PyTree = Any
-_SEMANTICS_DEFAULT = object()
+_SEMANTICS_DEFAULT = _state.SEMANTICS_DEFAULT
 
 
 def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
@@ -149,14 +149,8 @@ class RewardTransformWrapper(GymnaxWrapper):
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
         """
-        if not isinstance(transform, rn.RewardTransform):
-            raise ValueError(
-                f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
-                f"rn.normalize_reward()), got {transform!r} of type "
-                f"{type(transform).__name__}."
-            )
         super().__init__(env)
-        self._transform = transform
+        self._transform = _state.check_transform(transform)
         self._axis_name = axis_name
         self._per_env = bool(per_env)
 
@@ -196,13 +190,8 @@ class RewardTransformWrapper(GymnaxWrapper):
         """
         obs, env_state = self._env.reset(key, params)
         batch_shape = batch_shape_of_key(key)
-        transform_state = self._transform.init(batch_shape)
-        _state.check_placement(
-            type(self).__name__,
-            batch_shape,
-            transform_state,
-            axis_name=self._axis_name,
-            per_env=self._per_env,
+        transform_state = _state.init_transform_state(
+            type(self).__name__, self._transform, batch_shape, self._axis_name, self._per_env
         )
         if stats_from is not None:
             transform_state = _state.keep_stats(transform_state, stats_from)
@@ -344,16 +333,10 @@ class NormalizeReward(RewardTransformWrapper):
             clip, an unknown semantics, an unsupported dtype or an invalid
             option.
         """
-        if clip is not _SEMANTICS_DEFAULT:
-            options["clip"] = clip
-        super().__init__(
-            env,
-            rn.normalize_reward(
-                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
-            ),
-            axis_name=axis_name,
-            per_env=per_env or not options.get("shared", True),
+        transform, per_env = _state.normalize_transform(
+            gamma, epsilon, semantics, clip, dtype, axis_name, per_env, options
         )
+        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
 

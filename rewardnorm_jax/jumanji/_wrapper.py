@@ -12,7 +12,7 @@ from jumanji.wrappers import Wrapper
 import rewardnorm_jax as rn
 from rewardnorm_jax._src import wrapper_state as _state
 
-_SEMANTICS_DEFAULT = object()
+_SEMANTICS_DEFAULT = _state.SEMANTICS_DEFAULT
 RAW_REWARD = "raw_reward"  # timestep.extras key: the reward before the transform
 
 
@@ -83,14 +83,8 @@ class RewardTransformWrapper(Wrapper):
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
         """
-        if not isinstance(transform, rn.RewardTransform):
-            raise ValueError(
-                f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
-                f"rn.normalize_reward()), got {transform!r} of type "
-                f"{type(transform).__name__}."
-            )
         super().__init__(env)
-        self.transform = transform
+        self.transform = _state.check_transform(transform)
         self._axis_name = axis_name
         self._per_env = bool(per_env)
 
@@ -104,13 +98,8 @@ class RewardTransformWrapper(Wrapper):
         """
         env_state, timestep = self._env.reset(key)
         batch_shape = tuple(jnp.shape(timestep.reward))
-        transform_state = self.transform.init(batch_shape)
-        _state.check_placement(
-            type(self).__name__,
-            batch_shape,
-            transform_state,
-            axis_name=self._axis_name,
-            per_env=self._per_env,
+        transform_state = _state.init_transform_state(
+            type(self).__name__, self.transform, batch_shape, self._axis_name, self._per_env
         )
         state = _state.RewardWrapperState(
             env_state=env_state, transform_state=transform_state, update_stats=jnp.array(True)
@@ -188,13 +177,7 @@ class NormalizeReward(RewardTransformWrapper):
           ValueError: for an invalid hyperparameter (see
             :func:`rewardnorm_jax.normalize_reward`).
         """
-        if clip is not _SEMANTICS_DEFAULT:
-            options["clip"] = clip
-        super().__init__(
-            env,
-            rn.normalize_reward(
-                gamma, epsilon, semantics=semantics, dtype=dtype, axis_name=axis_name, **options
-            ),
-            axis_name=axis_name,
-            per_env=per_env or not options.get("shared", True),
+        transform, per_env = _state.normalize_transform(
+            gamma, epsilon, semantics, clip, dtype, axis_name, per_env, options
         )
+        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
