@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 from collections.abc import Iterable
 
-from rewardnorm_jax._src.extras import MissingExtraError
+from rewardnorm_jax._src.extras import MissingExtraError, install_hint
 
 # Modules the tests, notebooks and benchmarks import from an extra: name -> extra.
 OPTIONAL = {
@@ -44,8 +44,7 @@ def missing_reason(modules: Iterable[str]) -> str | None:
     for name in modules:
         top = name.partition(".")[0]
         if top in OPTIONAL and importlib.util.find_spec(top) is None:
-            extra = OPTIONAL[top]
-            return f'needs {top}, which is not installed: pip install "rewardnorm-jax[{extra}]"'
+            return install_hint(top, OPTIONAL[top])
         if top == "rewardnorm_jax":
             try:
                 importlib.import_module(name)

@@ -39,11 +39,13 @@ def requires(extra: str, subpackage: str) -> Iterator[None]:
     except ModuleNotFoundError as error:
         if isinstance(error, MissingExtraError) or _is_own(error.name):
             raise
-        message = (
-            f"{subpackage} needs {error.name}, which is not installed: "
-            f'pip install "rewardnorm-jax[{extra}]"'
-        )
+        message = f"{subpackage} {install_hint(error.name, extra)}"
         raise MissingExtraError(message, name=error.name) from error
+
+
+def install_hint(module: str | None, extra: str) -> str:
+    """``needs <module>, which is not installed: pip install "rewardnorm-jax[<extra>]"``."""
+    return f'needs {module}, which is not installed: pip install "rewardnorm-jax[{extra}]"'
 
 
 def _is_own(module: str | None) -> bool:
