@@ -11,9 +11,9 @@ nanoseconds and a NumPy call about a microsecond. So finiteness is tested
 with operators (:math:`|x| < \infty`, and :math:`x = x` for "not NaN"), and
 :func:`select` picks in Python when its condition is a host boolean.
 
-Reductions over the batch are passed in as ``reduce``: a sum over the shared
-axes (optionally followed by a cross-device ``psum``), or the identity for
-per-environment statistics.
+Batch moments are the exception, computed where they are cheapest: the host
+adapters with NumPy's two passes (:func:`batch_moments`), the JAX transforms
+from one reduction of shifted sums (:func:`moments_from_shifted_sums`).
 """
 
 import math
@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 Array = Any
-Reduce = Callable[[Array], Array]
 Merge = Callable[[Any, Array, Array], Any]
 
 
@@ -148,39 +147,35 @@ def return_step(
     return new_ret, stats
 
 
-def batch_moments(xp, x, mask, reduce: Reduce):
-    r"""Count, mean and population variance of the masked entries of ``x``.
+def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""Mean and population variance of a non-empty batch along its first axis.
 
     .. math::
-        n_b = \sum_i m_i, \quad
-        \mu_b = \frac{1}{n_b} \sum_i m_i x_i, \quad
-        \sigma_b^2 = \frac{1}{n_b} \sum_i m_i (x_i - \mu_b)^2
+        \mu_b = \frac{1}{n_b} \sum_i x_i, \quad
+        \sigma_b^2 = \frac{1}{n_b} \sum_i (x_i - \mu_b)^2
 
     Two passes (mean first, then deviations), so the moments stay accurate when
-    ``|mean| >> std``. Entries with ``m_i = 0`` may hold NaN or inf: they are
-    selected away, never multiplied. A selected infinite entry still counts;
-    its mean and variance are then infinite or NaN, which the merge turns into
-    a saturated :math:`M = +\infty`. With ``n_b = 0`` the mean and variance are 0.
-    All arithmetic stays in the dtype of ``x`` (as ``numpy.mean`` / ``numpy.var``
-    do), so a float32 batch gives float32 moments.
+    ``|mean| >> std``: the arithmetic of ``numpy.mean`` / ``numpy.var``
+    (pairwise sums, the dtype of ``x``), which Gymnasium's ``RunningMeanStd``
+    uses. An infinite entry makes the moments infinite or NaN, which the merge
+    turns into a saturated :math:`M = +\infty`. The host adapters select their
+    batch before calling; the JAX transforms compute their moments from shifted
+    sums instead (:func:`moments_from_shifted_sums`).
 
     Args:
-        xp: array namespace.
-        x: values, any shape.
-        mask: boolean, same shape as ``x``.
-        reduce: sum over the axes the statistics are shared across.
+        x: values, shape ``(n_b, ...)`` with ``n_b > 0``.
 
     Returns:
-        ``(n_b, mu_b, var_b)`` in the dtype of ``x``.
+        ``(mu_b, var_b)`` in the dtype of ``x``.
+
+    Example:
+        >>> [float(m) for m in batch_moments(np.array([1.0, 2.0, 3.0, 6.0]))]
+        [3.0, 3.5]
     """
-    # Zeros in the dtype of x. A masked-in x may be infinite (a return that
-    # overflowed the dtype), so it is clamped before the product: 0 * inf is NaN.
-    zero = 0.0 * select(xp, mask, xp.minimum(xp.maximum(x, -1.0), 1.0), 0.0)
-    count = reduce(select(xp, mask, zero + 1.0, zero))
-    divisor = xp.maximum(count, 1.0)
-    mean = reduce(select(xp, mask, x, zero)) / divisor
-    deviation = select(xp, mask, x - mean, zero)
-    return count, mean, reduce(deviation * deviation) / divisor
+    count = x.shape[0]
+    mean = np.add.reduce(x) / count
+    deviation = x - mean
+    return mean, np.add.reduce(deviation * deviation) / count
 
 
 def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):

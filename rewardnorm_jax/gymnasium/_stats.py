@@ -172,7 +172,7 @@ class RunningMeanStd:
         if x.ndim != 1:
             raise ValueError(f"x should be a 1-D array of values, got shape {x.shape}.")
         if x.size:
-            _, batch_mean, batch_var = formulas.batch_moments(np, x, True, np.add.reduce)
+            batch_mean, batch_var = formulas.batch_moments(x)
             self.update_from_moments(batch_mean, batch_var, x.shape[0])
 
     def update_from_moments(self, batch_mean, batch_var, batch_count: int) -> None:

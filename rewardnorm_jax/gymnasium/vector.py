@@ -240,7 +240,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, SavesStati
         # of a where-masked full array round differently (up to 7e-8 relative).
         batch = np.asarray(returns[selected], self._accumulated_reward.dtype)
         if batch.size:
-            _, batch_mean, batch_var = formulas.batch_moments(np, batch, True, np.add.reduce)
+            batch_mean, batch_var = formulas.batch_moments(batch)
             rms.update_from_moments(batch_mean, batch_var, batch.size)
         return rms
 
