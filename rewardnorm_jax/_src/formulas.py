@@ -73,11 +73,11 @@ def discounted_return(xp, ret, reward, gamma, reset_before, valid, active=None):
         >>> discounted_return(np, 2.0, 1.0, 0.5, False, True)
         2.0
     """
+    if active is not None:  # an inactive environment keeps its return as it is
+        reset_before = active & reset_before
     carried = select(xp, reset_before, 0.0, ret)
     # A non-finite reward is never selected: its sum is computed and dropped.
-    accumulated = carried * gamma + reward
-    skipped = carried if active is None else select(xp, active, carried, ret)
-    return select(xp, valid, accumulated, skipped)
+    return select(xp, valid, carried * gamma + reward, carried)
 
 
 def return_step(

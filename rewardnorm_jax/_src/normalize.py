@@ -333,6 +333,7 @@ def normalize_reward(
             ret,
             None if mask is True else jnp.broadcast_to(mask, ret.shape),
             axis_name=axis_name,
+            unselected_alike=True,  # a skipped step's return is a return too
             then=lambda merged: inverse_std(merged, ret_abs_max),
         )
         return running, ret_abs_max, inverse

@@ -52,20 +52,29 @@ from rewardnorm_jax._src import base, formulas
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
-# Entries per statistic from which the three sums of a merge run as one
-# stacked sum (a vectorized reduction on XLA:CPU) rather than one fused
-# three-output loop (fewer kernels, scalar code).
-_STACKED_SUMS_FROM = 1024
-_LANES = 8  # partial sums per term of the stacked sum
-# Entries per statistic from which the shift is the batch's mean (two passes).
-_MEAN_SHIFT_FROM = 4096
+# Entries per statistic from which a merge sums its terms with vectorized
+# kernels rather than one fused multi-output loop (the fewest kernels, but
+# scalar code). How, on XLA:CPU (see _shifted_sums): a masked batch as one
+# matrix-vector product; an unmasked one stacked and summed down to _LANES
+# partial sums per term (a column sum), or from _ROW_SUMS_FROM entries along
+# rows (a library reduction).
+_VECTORIZED_SUMS_FROM = 1024
+_ROW_SUMS_FROM = 2048
+_LANES = 8
+# Entries per statistic up to which a masked batch may be summed by a
+# matrix-vector product: XLA:CPU accumulates one such product serially per
+# output, about 1e-7 relative at 2^16 entries in float32 and 2e-5 at 2^20
+# (stacked sums stay near 1e-7).
+_PRODUCT_SUMS_UP_TO = 2**16
 # Statistics up to this size merge in one kernel on XLA:CPU (_in_one_kernel).
 _ONE_KERNEL_STATISTICS = 16
 
 
-# Positions along the last axis of ``RunningStats.moments`` and ``.count_words``.
+# Positions along the last axis of ``RunningStats.moments`` and ``.count_words``,
+# and of the shifted sums of a batch (the count only with a mask).
 _MEAN, _MEAN_LOW, _M2, _M2_LOW, _WEIGHT = range(5)
 _HI, _LO = range(2)
+_DEVIATIONS, _SQUARES, _COUNT = range(3)
 
 
 class RunningStats(struct.PyTreeNode):
@@ -260,87 +269,123 @@ def _first_of_pair(a, b):
     return a[0] | b[0], jnp.where(a[0], a[1], b[1])
 
 
-def _shift(batch, mask, num_batch_axes: int, axis_name):
-    """One selected entry of the batch per statistic (0 where none): the shift.
+def _first_selected(batch, mask, num_batch_axes: int):
+    """``(found, entry)``: a selected entry per statistic, by one reduction.
 
-    Without a mask, the batch's first entry. With one, a selected entry found
-    by one reduction (the first one in XLA's reduction order). Under
-    ``axis_name`` every participant takes the largest participant's shift,
-    so that their shifted sums add up.
+    The first one in XLA's reduction order, a serial loop on XLA:CPU; 0 where
+    none is selected.
     """
-    if mask is None and 0 not in batch.shape[:num_batch_axes]:
-        found, shift = True, batch[(0,) * num_batch_axes]
+    return jax.lax.reduce(
+        (mask, jnp.where(mask, batch, 0.0)),
+        (jnp.bool_(False), jnp.zeros((), batch.dtype)),
+        _first_of_pair,
+        tuple(range(num_batch_axes)),
+    )
+
+
+def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike: bool):
+    r"""A value near the batch per statistic, subtracted from it before summing.
+
+    The running mean :math:`\mu` once the statistics weigh at least as many
+    samples as the batch holds entries (all participants together), else the
+    batch's first entry. Neither needs a search over the batch, and both keep
+    the shifted sums as accurate as the merge itself: with shift :math:`\mu`,
+    the rounding error of :math:`\sum d^2 - (\sum d)^2 / n_b` is about
+    :math:`\varepsilon \sum d^2 = \varepsilon\, n_b (\sigma_b^2 +
+    \delta^2)`, while the merge adds :math:`n_b \sigma_b^2 + \delta^2 n n_b /
+    n'`, at least half that when :math:`n \ge n_b`. Before the statistics
+    weigh a batch (the prior's mean 0 may be far from every sample), an entry
+    of the batch is within its spread. Exponential moving statistics compare
+    their weight after the discount.
+
+    The first entry is taken whether selected or not when the entries outside
+    ``mask`` are alike the selected ones (``unselected_alike``: a normalizer's
+    returns); a non-finite one falls back to :math:`\mu`. Otherwise (they
+    may be NaN, or far off) the first selected entry is searched for
+    (:func:`_first_selected`). Under ``axis_name`` every participant takes
+    the largest participant's shift, so that their shifted sums add up.
+    """
+    entries = math.prod(batch.shape[:num_batch_axes])
+    if entries == 0:
+        return stats.mean
+    if mask is None or unselected_alike:
+        first = batch[(0,) * num_batch_axes]
+        found = jnp.isfinite(first)
     else:
-        mask = jnp.ones(batch.shape, bool) if mask is None else mask
-        found, shift = jax.lax.reduce(
-            (mask, jnp.where(mask, batch, 0.0)),
-            (jnp.bool_(False), jnp.zeros((), batch.dtype)),
-            _first_of_pair,
-            tuple(range(num_batch_axes)),
-        )
-    if axis_name is None:
-        return shift
-    shift = jax.lax.pmax(jnp.where(found, shift, -jnp.inf), axis_name)
-    return jnp.where(shift > -jnp.inf, shift, 0.0)
+        found, first = _first_selected(batch, mask, num_batch_axes)
+    if num_batch_axes:  # (a single entry per statistic is its own best shift)
+        weight = stats.count if stats.decay is None else stats.decay * stats.count
+        participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
+        found = found & (weight < entries * participants)
+    if axis_name is not None:
+        first = jax.lax.pmax(jnp.where(found, first, -jnp.inf), axis_name)
+        found = first > -jnp.inf
+    return jnp.where(found, first, stats.mean)
 
 
-def _add3(a, b):
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+def _add_terms(a, b):
+    return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
-def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name):
-    """``(n_b, sum d, sum d^2)`` of the selected ``d = x - shift``, in one reduction.
+def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected_alike: bool):
+    """``sum d``, ``sum d^2`` and, with a mask, ``n_b`` of the selected ``d = x - shift``.
 
-    Either a tuple of three arrays, from one fused three-output loop (the
-    fewest kernels), or, from ``_STACKED_SUMS_FROM`` entries per statistic,
-    one array of the three terms stacked and summed down to ``_LANES`` partial
-    sums each (a vectorized column sum), shape ``(3, _LANES, *S)``, whose
-    lanes :func:`_merge_sums` adds up. Either unpacks as ``count,
-    deviation_sum, square_sum``.
+    Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT``: a tuple from one
+    fused multi-output loop, or from ``_VECTORIZED_SUMS_FROM`` entries per
+    statistic an array of shape ``(terms, lanes, *S)`` whose lanes
+    :func:`_merge_sums` adds up:
+
+    * with a mask whose unselected entries are alike (finite), up to
+      ``_PRODUCT_SUMS_UP_TO`` entries, the product of the stacked terms
+      ``(d, d^2, 1)`` of every entry with the mask's weights: the mask stays
+      out of the stacked terms, which XLA:CPU computes several times slower
+      when it fuses a scan's input slices into them. An unselected entry so
+      far off that its ``d^2`` overflows saturates the statistics
+      (``0 * inf``), as a selected one would;
+    * otherwise the stacked terms ``(d, d^2)``, selected by the mask and with
+      its count, summed.
     """
     deviation = batch - shift
-    if mask is None:
-        weight = jnp.ones_like(batch)
-    else:  # unselected entries may hold NaN: selected away, never multiplied
-        weight = mask.astype(batch.dtype)
-        deviation = jnp.where(mask, deviation, 0.0)
-    terms = (weight, deviation, deviation * deviation)
     entries = math.prod(batch.shape[:num_batch_axes])
-    if entries >= _STACKED_SUMS_FROM and entries % _LANES == 0:
-        stacked = jnp.stack(terms).reshape(
-            3, entries // _LANES, _LANES, *batch.shape[num_batch_axes:]
+    stats_shape = batch.shape[num_batch_axes:]
+    vectorized = entries >= _VECTORIZED_SUMS_FROM
+    if mask is not None and unselected_alike and vectorized and entries <= _PRODUCT_SUMS_UP_TO:
+        terms = jnp.stack([deviation, deviation * deviation, jnp.ones_like(deviation)])
+        weights = mask.astype(batch.dtype).reshape(entries, 1, *stats_shape)
+        sums = jnp.einsum(
+            "tn...,nl...->tl...",
+            terms.reshape(3, entries, *stats_shape),
+            weights,
+            precision=jax.lax.Precision.HIGHEST,  # (no reduced-precision products on GPUs)
         )
-        sums = jnp.sum(stacked, axis=1)
     else:
-        zero = jnp.zeros((), batch.dtype)
-        sums = jax.lax.reduce(terms, (zero, zero, zero), _add3, tuple(range(num_batch_axes)))
+        terms_list = [deviation, deviation * deviation]
+        if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
+            terms_list = [jnp.where(mask, t, 0.0) for t in terms_list] + [mask.astype(batch.dtype)]
+        if vectorized:
+            lanes = 1 if entries >= _ROW_SUMS_FROM or entries % _LANES else _LANES
+            stacked = jnp.stack(terms_list)
+            sums = jnp.sum(
+                stacked.reshape(len(terms_list), entries // lanes, lanes, *stats_shape), axis=1
+            )
+        else:
+            zeros = (jnp.zeros((), batch.dtype),) * len(terms_list)
+            sums = jax.lax.reduce(
+                tuple(terms_list), zeros, _add_terms, tuple(range(num_batch_axes))
+            )
     return sums if axis_name is None else jax.lax.psum(sums, axis_name)
 
 
-def _two_pass_sums(batch, mask, num_batch_axes: int, axis_name):
-    """``(mean, (n_b, 0, sum d^2))``: the sums shifted by the batch's own mean.
+def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -> RunningStats:
+    """Merges a batch given by its shifted sums (elementwise over the statistics).
 
-    The classic two passes, in vectorized sums (count and total stacked in
-    one, then the squared deviations), for large batches: finding a selected
-    entry to shift by would be a serial loop over the batch, and with the
-    exact mean as the shift the deviations sum to 0.
+    ``batch_size`` is the count of an unmasked batch (a Python number), or
+    ``None`` when the sums carry the count.
     """
-    reduce = make_reduce(num_batch_axes, axis_name)
-    selected = jnp.ones(batch.shape, bool) if mask is None else mask
-    stacked = jnp.stack([selected.astype(batch.dtype), jnp.where(selected, batch, 0.0)])
-    count, total = jnp.sum(stacked, axis=tuple(range(1, num_batch_axes + 1)))
-    if axis_name is not None:
-        count, total = jax.lax.psum((count, total), axis_name)
-    mean = total / jnp.maximum(count, 1.0)
-    deviation = jnp.where(selected, batch - mean, 0.0)
-    return mean, (count, jnp.zeros_like(mean), reduce(deviation * deviation))
-
-
-def _merge_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
-    """Merges a batch given by its shifted sums (elementwise over the statistics)."""
-    count_b, deviation_sum, square_sum = sums if isinstance(sums, tuple) else sums.sum(axis=1)
+    sums = sums if isinstance(sums, tuple) else tuple(sums.sum(axis=1))
+    count_b = sums[_COUNT] if batch_size is None else jnp.full_like(shift, batch_size)
     batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
-        jnp, count_b, deviation_sum, square_sum, shift
+        jnp, count_b, sums[_DEVIATIONS], sums[_SQUARES], shift
     )
     count, m2, m2_low = stats.count, stats.m2, stats.m2_low
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
@@ -367,11 +412,11 @@ def _merge_sums(stats: RunningStats, sums, shift, count_increment) -> RunningSta
 def _consumed(sums):
     """``sums`` with the sum of squares (never negative) set to -1."""
     if isinstance(sums, tuple):
-        return (*sums[:2], jnp.full_like(sums[2], -1.0))
-    return sums.at[2].set(-1.0)
+        return tuple(jnp.full_like(x, -1.0) if i == _SQUARES else x for i, x in enumerate(sums))
+    return sums.at[_SQUARES].set(-1.0)
 
 
-def _in_one_kernel(stats, sums, shift, count_increment, then):
+def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
     """:func:`_merge_sums`, then ``then`` of the merged statistics, as one CPU kernel.
 
     XLA:CPU compiles a ``while`` loop whose buffers are small (here a few
@@ -386,7 +431,7 @@ def _in_one_kernel(stats, sums, shift, count_increment, then):
     """
 
     def direct(stats, sums, shift, count_increment):
-        merged = _merge_sums(stats, sums, shift, count_increment)
+        merged = _merge_sums(stats, sums, shift, batch_size, count_increment)
         return merged, None if then is None else then(merged)
 
     def looped(stats, sums, shift, count_increment):
@@ -396,7 +441,7 @@ def _in_one_kernel(stats, sums, shift, count_increment, then):
             return merged, _consumed(sums), count_increment, shift if out is None else out
 
         def pending(carry):
-            return jnp.all(~(carry[1][2] < 0))
+            return jnp.all(~(carry[1][_SQUARES] < 0))
 
         carry = (stats, sums, count_increment, shift)
         merged, _, _, out = jax.lax.while_loop(pending, body, carry)
@@ -409,7 +454,9 @@ def _in_one_kernel(stats, sums, shift, count_increment, then):
     )
 
 
-def merge_batch(stats: RunningStats, batch, mask, *, axis_name=None, then=None):
+def merge_batch(
+    stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False, then=None
+):
     """:func:`update` of checked arrays; also returns ``then(merged)`` (or None).
 
     Args:
@@ -417,6 +464,11 @@ def merge_batch(stats: RunningStats, batch, mask, *, axis_name=None, then=None):
       batch: values of shape ``(*B, *S)``, in the statistics' dtype.
       mask: boolean of the batch's shape, or ``None`` to select every entry.
       axis_name: as for :func:`update`.
+      unselected_alike: whether the entries outside ``mask`` are finite and
+        near the selected ones (a normalizer's returns: a skipped step's
+        return is still a return), so that any entry may serve as the shift
+        and the sums may multiply every entry by its weight (see
+        :func:`_shift` and :func:`_shifted_sums`).
       then: ``None``, or a function of the merged statistics returning an
         array of their shape and dtype, computed in the same kernel as the
         merge (see :func:`_in_one_kernel`).
@@ -425,17 +477,20 @@ def merge_batch(stats: RunningStats, batch, mask, *, axis_name=None, then=None):
       ``(merged, then(merged) or None)``.
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
-    if math.prod(batch.shape[:num_batch_axes]) >= _MEAN_SHIFT_FROM:
-        shift, sums = _two_pass_sums(batch, mask, num_batch_axes, axis_name)
-    else:
-        shift = _shift(batch, mask, num_batch_axes, axis_name)
-        sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name)
+    shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
+    sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name, unselected_alike)
+    batch_size = None
+    if mask is None:  # psum of a Python int is the (static) number of participants
+        participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
+        batch_size = participants * math.prod(batch.shape[:num_batch_axes])
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
-        selected = jnp.ones(batch.shape, bool) if mask is None else mask
-        reduce = make_reduce(num_batch_axes, axis_name)
-        count_increment = reduce(selected.astype(jnp.uint32)).astype(jnp.uint32)
-    return _in_one_kernel(stats, sums, shift, count_increment, then)
+        if batch_size is None:
+            reduce = make_reduce(num_batch_axes, axis_name)
+            count_increment = reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
+        else:
+            count_increment = jnp.full(stats.mean.shape, batch_size, jnp.uint32)
+    return _in_one_kernel(stats, sums, shift, batch_size, count_increment, then)
 
 
 def update(
