@@ -95,6 +95,12 @@ def _kernels(computations: dict[str, list[str]], name: str) -> int:
     return count
 
 
+def _scan_body(text: str) -> str | None:
+    """Name of the scan's loop body: the ``while`` with the largest known trip count."""
+    loops = re.findall(r"body=%?([\w.\-]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"", text)
+    return max(loops, key=lambda loop: int(loop[1]))[0] if loops else None
+
+
 def loop_kernels(jitted, *args) -> int:
     """Kernels one iteration of the ``lax.scan`` in ``jitted`` launches.
 
@@ -108,11 +114,25 @@ def loop_kernels(jitted, *args) -> int:
     counts as one. Returns 0 if the program has no such loop.
     """
     text = jitted.lower(*args).compile().as_text()
-    loops = re.findall(r"body=%?([\w.\-]+).*?\"known_trip_count\":\{\"n\":\"(\d+)\"", text)
-    if not loops:
-        return 0
-    body = max(loops, key=lambda loop: int(loop[1]))[0]
-    return _kernels(_computations(text), body)
+    body = _scan_body(text)
+    return 0 if body is None else _kernels(_computations(text), body)
+
+
+def loop_body(jitted, *args) -> dict[str, list[str]]:
+    """The fused kernels of the scan's loop body in ``jitted``: name -> HLO lines.
+
+    Each fusion of the compiled loop body (as :func:`loop_kernels` finds it)
+    with the instruction lines of the computation it runs.
+    """
+    text = jitted.lower(*args).compile().as_text()
+    computations = _computations(text)
+    body = _scan_body(text)
+    fused = {}
+    for line in [] if body is None else computations[body]:
+        match = re.search(r"%([\w.\-]+) = .*? fusion\(.*?calls=%?([\w.\-]+)", line)
+        if match:
+            fused[match.group(1)] = computations[match.group(2)]
+    return fused
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:

@@ -210,6 +210,85 @@ def test_matches_numpy_reference(semantics, num_envs, seed, freeze, masked, gamm
         np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize(
+    ("num_envs", "masked"),
+    [
+        (1024, True),  # sums by a matrix-vector product
+        (2**16 + 8, True),  # past it: stacked, selected sums
+        (1024, False),  # unmasked: stacked sums, column partial sums
+        (2048, False),  # unmasked: stacked sums along rows
+    ],
+)
+def test_wide_batches_match_numpy_reference(num_envs, masked):
+    """Every way a batch of returns is summed gives the reference's numbers."""
+    steps = 12
+    rng = np.random.default_rng(num_envs)
+    rewards = rng.normal(rng.uniform(-3, 3), 2.0, (steps, num_envs))
+    terminated = rng.random((steps, num_envs)) < 0.1
+    truncated = np.zeros_like(terminated)
+    update = rng.random(steps) < 0.8 if masked else np.ones(steps, bool)
+    active = np.ones_like(terminated)
+    if masked:
+        rewards[rng.random(rewards.shape) < 0.03] = np.nan
+        active = rng.random(terminated.shape) < 0.8
+    expected, expected_returns, rms = reference.normalize_stream(
+        rewards, terminated, truncated, update=update, active=active
+    )
+    with jax.enable_x64(True):
+        norm = rn.normalize_reward(finite_rewards=not masked)
+
+        @jax.jit
+        def run(rewards, terminated, update, active):
+            def body(state, xs):
+                reward, term, upd, act = xs
+                out, state = norm.step(state, reward, term, False, upd, active=act)
+                return state, (out, state.ret)
+
+            xs = (rewards, terminated, update, active if masked else None)
+            return jax.lax.scan(body, norm.init(num_envs), xs)
+
+        state, (outputs, returns) = run(
+            jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(update), jnp.asarray(active)
+        )
+        np.testing.assert_allclose(outputs, expected, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(returns, expected_returns, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(float(state.stats.mean), rms.mean, rtol=1e-10)
+        np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-10)
+        assert int(rn.count_as_int(state.stats)) == round(rms.count)
+
+
+@pytest.mark.parametrize("num_envs", [64, 1024, 4096])
+@pytest.mark.parametrize("masked", [False, True])
+def test_float32_first_batch_far_from_the_prior_keeps_its_variance(num_envs, masked):
+    """Returns of 1000 +- 1 from the first step on: no cancellation against the prior's mean 0.
+
+    Until the statistics weigh a batch, the sums are shifted by an entry of the
+    batch, not by the running mean (which would lose most of the variance to
+    rounding in float32).
+    """
+    steps = 20
+    rng = np.random.default_rng(num_envs)
+    rewards = (1e3 + rng.normal(0.0, 1.0, (steps, num_envs))).astype(np.float32)
+    terminated = np.zeros((steps, num_envs), bool)
+    active = rng.random((steps, num_envs)) < 0.8 if masked else np.ones_like(terminated)
+    expected, _, rms = reference.normalize_stream(
+        rewards, terminated, terminated, gamma=0.0, active=active
+    )
+    norm = rn.normalize_reward(0.0)
+
+    @jax.jit
+    def run(rewards, active):
+        def body(state, xs):
+            out, state = norm.step(state, xs[0], False, False, active=xs[1] if masked else None)
+            return state, out
+
+        return jax.lax.scan(body, norm.init(num_envs), (rewards, active))
+
+    state, outputs = run(jnp.asarray(rewards), jnp.asarray(active))
+    np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-5)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5)
+
+
 def test_freeze_is_a_traced_flag_inside_jit():
     norm = rn.normalize_reward()
     step = jax.jit(norm.step)
