@@ -1,6 +1,6 @@
 """Time per step of reward normalization as the number of environments grows.
 
-The ``floor``, ``ours``, ``fast`` and ``naive`` scans of ``stream.py`` (same stream
+The ``floor``, ``ours``, ``default``, ``fast`` and ``naive`` scans of ``stream.py`` (same stream
 construction, same code) for ``N`` = 1, 4, 16, ... up to ``--max-envs``
 (default 2^20, about a million; 2^20 x 16 steps takes about 150 MB). The
 stream length shrinks as ``N`` grows (``T = clip(2^24 / N, 16, --steps)``) so
@@ -20,7 +20,7 @@ import argparse
 
 import jax.numpy as jnp
 from _timing import add_common_args, compare, print_results
-from stream import fast_scan, floor_scan, make_stream, naive_scan, ours_scan
+from stream import default_scan, fast_scan, floor_scan, make_stream, naive_scan, ours_scan
 
 MAX_ELEMENTS = 2**24  # T * N of the largest stream
 
@@ -37,6 +37,7 @@ def measure(num_envs: int, steps: int, repeats: int) -> dict:
         {
             "floor": lambda: floor_scan(rewards),
             "ours": lambda: ours_scan(rewards, terminated),
+            "default": lambda: default_scan(rewards, terminated),
             "fast": lambda: fast_scan(rewards, terminated),
             "naive": lambda: naive_scan(rewards, terminated),
         },
@@ -64,11 +65,13 @@ def main(argv=None):
         "T",
         "floor us/step",
         "ours us/step",
+        "default us/step",
         "fast us/step",
         "naive us/step",
         "floor ns/env-step",
         "ours ns/env-step",
         "ours/naive",
+        "default/naive",
         "fast/naive",
         "ours/floor",
         "naive/floor",
@@ -84,11 +87,13 @@ def main(argv=None):
                 steps,
                 us["floor"],
                 us["ours"],
+                us["default"],
                 us["fast"],
                 us["naive"],
                 us["floor"] / num_envs * 1e3,
                 us["ours"] / num_envs * 1e3,
                 us["ours"] / us["naive"],
+                us["default"] / us["naive"],
                 us["fast"] / us["naive"],
                 us["ours"] / us["floor"],
                 us["naive"] / us["floor"],

@@ -16,8 +16,11 @@ per step) and writes one normalized reward per input reward:
   ended: the ``active`` mask, computed from the stream's terminations), so it
   computes exactly what Gymnasium's vector wrapper does; the script checks
   that both outputs agree.
-* ``fast``: the same step built with ``finite_rewards=True`` and called
-  without ``active``: no masks at all, like the naive step.
+* ``default``: the same step called as ``step(state, r, terminated,
+  False)``, without ``active`` (JAX environments that reset in the step they
+  end): NaN-safe, so still masked by the rewards' finiteness.
+* ``fast``: the step built with ``finite_rewards=True`` and called without
+  ``active``: no masks at all, like the naive step.
 * ``naive``: a jitted ``lax.scan`` over PureJaxRL's ``NormalizeVecReward``
   arithmetic (two-pass ``jnp.mean`` / ``jnp.var``, float32 count, no masks).
 * ``gymnasium``: Gymnasium's ``gymnasium.wrappers.vector.NormalizeReward``
@@ -104,6 +107,18 @@ def ours_scan(rewards, terminated):
 
     init = _NORM.init(rewards.shape[1:])
     return jax.lax.scan(body, init, (rewards, terminated, next_step_active(terminated)))[1]
+
+
+@jax.jit
+def default_scan(rewards, terminated):
+    """``normalize_reward().step(state, r, terminated, False)``, without ``active``."""
+
+    def body(state, inputs):
+        reward, done = inputs
+        out, state = _NORM.step(state, reward, done, False)
+        return state, out
+
+    return jax.lax.scan(body, _NORM.init(rewards.shape[1:]), (rewards, terminated))[1]
 
 
 _FAST = rn.normalize_reward(GAMMA, EPSILON, finite_rewards=True)
@@ -217,6 +232,7 @@ def measure(num_envs: int, steps: int, repeats: int, done_prob: float, host_step
             "floor": lambda: floor_scan(rewards_jax),
             "floor+sum": lambda: floor_sum_scan(rewards_jax),
             "ours": lambda: ours_scan(rewards_jax, terminated_jax),
+            "default": lambda: default_scan(rewards_jax, terminated_jax),
             "fast": lambda: fast_scan(rewards_jax, terminated_jax),
             "naive": lambda: naive_scan(rewards_jax, terminated_jax),
         },
@@ -236,6 +252,7 @@ def measure(num_envs: int, steps: int, repeats: int, done_prob: float, host_step
         "floor": loop_kernels(floor_scan, rewards_jax),
         "floor+sum": loop_kernels(floor_sum_scan, rewards_jax),
         "ours": loop_kernels(ours_scan, rewards_jax, terminated_jax),
+        "default": loop_kernels(default_scan, rewards_jax, terminated_jax),
         "fast": loop_kernels(fast_scan, rewards_jax, terminated_jax),
         "naive": loop_kernels(naive_scan, rewards_jax, terminated_jax),
     }
@@ -276,11 +293,13 @@ def main(argv=None):
         "floor us/step",
         "floor+sum us/step",
         "ours us/step",
+        "default us/step",
         "fast us/step",
         "naive us/step",
         "gymnasium us/step",
         "replay alone us/step",
         "ours/naive",
+        "default/naive",
         "fast/naive",
         "ours/floor",
         "ours/(floor+sum)",
@@ -298,11 +317,13 @@ def main(argv=None):
                 us["floor"],
                 us["floor+sum"],
                 us["ours"],
+                us["default"],
                 us["fast"],
                 us["naive"],
                 us["gymnasium"],
                 us["replay"],
                 us["ours"] / us["naive"],
+                us["default"] / us["naive"],
                 us["fast"] / us["naive"],
                 us["ours"] / us["floor"],
                 us["ours"] / us["floor+sum"],
@@ -320,7 +341,7 @@ def main(argv=None):
     )
     print_results(
         "Kernels launched per scan step (compiled HLO of the loop body)",
-        ["N", "floor", "floor+sum", "ours", "fast", "naive"],
+        ["N", "floor", "floor+sum", "ours", "default", "fast", "naive"],
         kernel_rows,
         args.markdown,
         packages=("jax", "jaxlib"),
