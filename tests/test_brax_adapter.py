@@ -45,6 +45,9 @@ def rollout():
     return wrapped, run(jax.random.PRNGKey(0))
 
 
+FLOAT32_ULP = float(np.finfo(np.float32).eps)
+
+
 def core_stream(transform, rewards, terminated, truncated, start=None):
     def body(state, xs):
         reward, state = transform.step(state, *xs)
@@ -66,10 +69,20 @@ def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags():
         GYMNASIUM, raw, terminated, truncated
     )
     assert reward.dtype == raw.dtype == jnp.float32
-    np.testing.assert_array_equal(reward, expected)
+    # The wrapper runs the core's step inside Brax's program, which XLA
+    # compiles differently from the core's scan alone (which products it
+    # fuses, which multiply-adds it contracts), so the batch sums round
+    # differently: the statistics and rewards agree to a few float32 ulps.
+    # The returns and the counts are exact; a wrong flag or reward would move
+    # the rewards by far more.
+    np.testing.assert_allclose(reward, expected, rtol=4 * FLOAT32_ULP, atol=0)
     learned = rnb.get_transform_state(state)
     assert rn.count_as_int(learned.stats) == NUM_ENVS * STEPS  # one set for the batch
-    jax.tree.map(np.testing.assert_array_equal, learned, core_state)
+    np.testing.assert_array_equal(learned.stats.count_words, core_state.stats.count_words)
+    np.testing.assert_array_equal(learned.ret, core_state.ret)
+    for quantity in ("mean", "var"):
+        got, want = getattr(learned.stats, quantity), getattr(core_state.stats, quantity)
+        np.testing.assert_allclose(got, want, rtol=4 * FLOAT32_ULP)
 
 
 def test_frozen_evaluation_from_learned_and_checkpointed_statistics():

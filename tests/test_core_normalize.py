@@ -262,9 +262,9 @@ def test_wide_batches_match_numpy_reference(num_envs, masked):
 def test_float32_first_batch_far_from_the_prior_keeps_its_variance(num_envs, masked):
     """Returns of 1000 +- 1 from the first step on: no cancellation against the prior's mean 0.
 
-    Until the statistics weigh a batch, the sums are shifted by an entry of the
-    batch, not by the running mean (which would lose most of the variance to
-    rounding in float32).
+    The sums are shifted by an entry of the batch, not by the running mean
+    (which, still the prior's 0 at the first step, would lose most of the
+    variance to rounding in float32).
     """
     steps = 20
     rng = np.random.default_rng(num_envs)

@@ -41,7 +41,9 @@ weight :math:`W` (prior included) is kept in ``weight``; see :func:`update`
 for the formulas and the bias correction.
 """
 
+import functools
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -52,20 +54,26 @@ from rewardnorm_jax._src import base, formulas
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
-# Entries per statistic from which a merge sums its terms with vectorized
-# kernels rather than one fused multi-output loop (the fewest kernels, but
-# scalar code). How, on XLA:CPU (see _shifted_sums): a masked batch as one
-# matrix-vector product; an unmasked one stacked and summed down to _LANES
-# partial sums per term (a column sum), or from _ROW_SUMS_FROM entries along
-# rows (a library reduction).
+# How a merge sums its terms (see _shifted_sums), tuned on XLA:CPU.
+# A masked batch whose unselected entries are alike: by products of the mask's
+# weights with the terms. XLA:CPU fuses a vector-matrix product into the loop
+# that computes its matrix when the vector takes under _FUSED_PRODUCT_BYTES:
+# one product below _HALVES_FROM entries (a single product of about 2000
+# entries ran slower than two halves), then as many equal parts as keep each
+# under that size, up to _MAX_FUSED_PRODUCTS; past that one library product,
+# up to _PRODUCT_SUMS_UP_TO entries (a library product accumulates serially
+# per output: about 1e-7 relative at 2^16 entries in float32 and 2e-5 at
+# 2^20, where stacked sums stay near 1e-7).
+_FUSED_PRODUCT_BYTES = 16 * 1024
+_HALVES_FROM = 1536
+_MAX_FUSED_PRODUCTS = 4
+_PRODUCT_SUMS_UP_TO = 2**16
+# Any other batch from _VECTORIZED_SUMS_FROM entries: the terms stacked and
+# summed down to _LANES partial sums each (a column sum), from _ROW_SUMS_FROM
+# along rows (a library reduction); below, one fused multi-output loop.
 _VECTORIZED_SUMS_FROM = 1024
 _ROW_SUMS_FROM = 2048
 _LANES = 8
-# Entries per statistic up to which a masked batch may be summed by a
-# matrix-vector product: XLA:CPU accumulates one such product serially per
-# output, about 1e-7 relative at 2^16 entries in float32 and 2e-5 at 2^20
-# (stacked sums stay near 1e-7).
-_PRODUCT_SUMS_UP_TO = 2**16
 # Statistics up to this size merge in one kernel on XLA:CPU (_in_one_kernel).
 _ONE_KERNEL_STATISTICS = 16
 
@@ -284,39 +292,28 @@ def _first_selected(batch, mask, num_batch_axes: int):
 
 
 def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike: bool):
-    r"""A value near the batch per statistic, subtracted from it before summing.
+    r"""An entry of the batch per statistic, subtracted from it before summing.
 
-    The running mean :math:`\mu` once the statistics weigh at least as many
-    samples as the batch holds entries (all participants together), else the
-    batch's first entry. Neither needs a search over the batch, and both keep
-    the shifted sums as accurate as the merge itself: with shift :math:`\mu`,
-    the rounding error of :math:`\sum d^2 - (\sum d)^2 / n_b` is about
-    :math:`\varepsilon \sum d^2 = \varepsilon\, n_b (\sigma_b^2 +
-    \delta^2)`, while the merge adds :math:`n_b \sigma_b^2 + \delta^2 n n_b /
-    n'`, at least half that when :math:`n \ge n_b`. Before the statistics
-    weigh a batch (the prior's mean 0 may be far from every sample), an entry
-    of the batch is within its spread. Exponential moving statistics compare
-    their weight after the discount.
+    Shifted by one of its own entries, the sums of a batch stay well
+    conditioned however far its mean is from 0 (the classic shifted-data
+    algorithm): :math:`|d_i|` is of the order of the batch's spread.
 
-    The first entry is taken whether selected or not when the entries outside
-    ``mask`` are alike the selected ones (``unselected_alike``: a normalizer's
-    returns); a non-finite one falls back to :math:`\mu`. Otherwise (they
-    may be NaN, or far off) the first selected entry is searched for
-    (:func:`_first_selected`). Under ``axis_name`` every participant takes
-    the largest participant's shift, so that their shifted sums add up.
+    The first entry is taken, selected or not, when the entries outside
+    ``mask`` are alike the selected ones (``unselected_alike``: a
+    normalizer's returns, where a skipped step's return is still a return),
+    so no search over the batch is needed; a non-finite one falls back to the
+    running mean. Otherwise (they may be NaN, or far off) the first selected
+    entry is searched for (:func:`_first_selected`). Under ``axis_name``
+    every participant takes the largest participant's shift, so that their
+    shifted sums add up.
     """
-    entries = math.prod(batch.shape[:num_batch_axes])
-    if entries == 0:
+    if math.prod(batch.shape[:num_batch_axes]) == 0:
         return stats.mean
     if mask is None or unselected_alike:
         first = batch[(0,) * num_batch_axes]
         found = jnp.isfinite(first)
     else:
         found, first = _first_selected(batch, mask, num_batch_axes)
-    if num_batch_axes:  # (a single entry per statistic is its own best shift)
-        weight = stats.count if stats.decay is None else stats.decay * stats.count
-        participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-        found = found & (weight < entries * participants)
     if axis_name is not None:
         first = jax.lax.pmax(jnp.where(found, first, -jnp.inf), axis_name)
         found = first > -jnp.inf
@@ -327,52 +324,70 @@ def _add_terms(a, b):
     return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
+def _weighted_sums(deviation, mask, entries: int):
+    """Sums of ``(d, d^2, 1)`` weighted by the mask, by vector-matrix products.
+
+    ``deviation`` and ``mask`` have the shape ``(entries, *S)``. Returns a
+    list of partial sums, one array of shape ``(3, 1, *S)`` per product (see
+    the module's constants for how many).
+    """
+    weights = mask.astype(deviation.dtype)
+    fused_entries = (_FUSED_PRODUCT_BYTES - 1) // deviation.dtype.itemsize
+    products = max(1 if entries < _HALVES_FROM else 2, -(-entries // fused_entries))
+    if products > _MAX_FUSED_PRODUCTS:  # one library product
+        terms = jnp.stack([deviation, deviation * deviation, jnp.ones_like(deviation)])
+        part = jnp.einsum("tn...,n...->t...", terms, weights, precision=jax.lax.Precision.HIGHEST)
+        return [part[:, None]]
+    size = -(-entries // products)
+    parts = []
+    for start in range(0, entries, size):
+        d = deviation[start : start + size]
+        terms = jnp.stack([d, d * d, jnp.ones_like(d)])  # (3, n, *S)
+        w = weights[start : start + size]
+        if deviation.ndim == 1:  # vector times matrix, the form XLA:CPU fuses
+            part = jnp.matmul(w, terms.T, precision=jax.lax.Precision.HIGHEST)
+        else:
+            part = jnp.einsum("n...,tn...->t...", w, terms, precision=jax.lax.Precision.HIGHEST)
+        parts.append(part[:, None])
+    return parts
+
+
 def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected_alike: bool):
     """``sum d``, ``sum d^2`` and, with a mask, ``n_b`` of the selected ``d = x - shift``.
 
     Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT``: a tuple from one
-    fused multi-output loop, or from ``_VECTORIZED_SUMS_FROM`` entries per
-    statistic an array of shape ``(terms, lanes, *S)`` whose lanes
-    :func:`_merge_sums` adds up:
+    fused multi-output loop, or a list of arrays of partial sums, shape
+    ``(terms, lanes, *S)``, that :func:`_merge_sums` adds up:
 
     * with a mask whose unselected entries are alike (finite), up to
-      ``_PRODUCT_SUMS_UP_TO`` entries, the product of the stacked terms
-      ``(d, d^2, 1)`` of every entry with the mask's weights: the mask stays
-      out of the stacked terms, which XLA:CPU computes several times slower
-      when it fuses a scan's input slices into them. An unselected entry so
-      far off that its ``d^2`` overflows saturates the statistics
-      (``0 * inf``), as a selected one would;
-    * otherwise the stacked terms ``(d, d^2)``, selected by the mask and with
-      its count, summed.
+      ``_PRODUCT_SUMS_UP_TO`` entries, the products of the mask's weights
+      with the terms ``(d, d^2, 1)`` of every entry (:func:`_weighted_sums`):
+      one kernel per product, and the mask stays out of any stacked terms,
+      which XLA:CPU computes several times slower when it fuses a scan's
+      input slices into them. An unselected entry so far off that its
+      ``d^2`` overflows saturates the statistics (``0 * inf``), as a
+      selected one would;
+    * otherwise, from ``_VECTORIZED_SUMS_FROM`` entries, the terms
+      ``(d, d^2)``, selected by the mask and with its count, stacked and
+      summed.
     """
     deviation = batch - shift
     entries = math.prod(batch.shape[:num_batch_axes])
     stats_shape = batch.shape[num_batch_axes:]
-    vectorized = entries >= _VECTORIZED_SUMS_FROM
-    if mask is not None and unselected_alike and vectorized and entries <= _PRODUCT_SUMS_UP_TO:
-        terms = jnp.stack([deviation, deviation * deviation, jnp.ones_like(deviation)])
-        weights = mask.astype(batch.dtype).reshape(entries, 1, *stats_shape)
-        sums = jnp.einsum(
-            "tn...,nl...->tl...",
-            terms.reshape(3, entries, *stats_shape),
-            weights,
-            precision=jax.lax.Precision.HIGHEST,  # (no reduced-precision products on GPUs)
-        )
+    if mask is not None and unselected_alike and 0 < entries <= _PRODUCT_SUMS_UP_TO:
+        flat = (entries, *stats_shape)
+        sums = _weighted_sums(deviation.reshape(flat), mask.reshape(flat), entries)
+        return sums if axis_name is None else jax.lax.psum(sums, axis_name)
+    terms = [deviation, deviation * deviation]
+    if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
+        terms = [jnp.where(mask, term, 0.0) for term in terms] + [mask.astype(batch.dtype)]
+    if entries >= _VECTORIZED_SUMS_FROM:
+        lanes = 1 if entries >= _ROW_SUMS_FROM or entries % _LANES else _LANES
+        stacked = jnp.stack(terms).reshape(len(terms), entries // lanes, lanes, *stats_shape)
+        sums = [jnp.sum(stacked, axis=1)]
     else:
-        terms_list = [deviation, deviation * deviation]
-        if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
-            terms_list = [jnp.where(mask, t, 0.0) for t in terms_list] + [mask.astype(batch.dtype)]
-        if vectorized:
-            lanes = 1 if entries >= _ROW_SUMS_FROM or entries % _LANES else _LANES
-            stacked = jnp.stack(terms_list)
-            sums = jnp.sum(
-                stacked.reshape(len(terms_list), entries // lanes, lanes, *stats_shape), axis=1
-            )
-        else:
-            zeros = (jnp.zeros((), batch.dtype),) * len(terms_list)
-            sums = jax.lax.reduce(
-                tuple(terms_list), zeros, _add_terms, tuple(range(num_batch_axes))
-            )
+        zeros = (jnp.zeros((), batch.dtype),) * len(terms)
+        sums = jax.lax.reduce(tuple(terms), zeros, _add_terms, tuple(range(num_batch_axes)))
     return sums if axis_name is None else jax.lax.psum(sums, axis_name)
 
 
@@ -382,7 +397,8 @@ def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -
     ``batch_size`` is the count of an unmasked batch (a Python number), or
     ``None`` when the sums carry the count.
     """
-    sums = sums if isinstance(sums, tuple) else tuple(sums.sum(axis=1))
+    if isinstance(sums, list):  # partial sums along a lanes axis, in one or more arrays
+        sums = tuple(functools.reduce(operator.add, [part.sum(axis=1) for part in sums]))
     count_b = sums[_COUNT] if batch_size is None else jnp.full_like(shift, batch_size)
     batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
         jnp, count_b, sums[_DEVIATIONS], sums[_SQUARES], shift
@@ -413,7 +429,7 @@ def _consumed(sums):
     """``sums`` with the sum of squares (never negative) set to -1."""
     if isinstance(sums, tuple):
         return tuple(jnp.full_like(x, -1.0) if i == _SQUARES else x for i, x in enumerate(sums))
-    return sums.at[_SQUARES].set(-1.0)
+    return [part.at[_SQUARES].set(-1.0) for part in sums]
 
 
 def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
@@ -441,7 +457,9 @@ def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
             return merged, _consumed(sums), count_increment, shift if out is None else out
 
         def pending(carry):
-            return jnp.all(~(carry[1][_SQUARES] < 0))
+            sums = carry[1]
+            squares = sums[_SQUARES] if isinstance(sums, tuple) else sums[0][_SQUARES]
+            return jnp.all(~(squares < 0))
 
         carry = (stats, sums, count_increment, shift)
         merged, _, _, out = jax.lax.while_loop(pending, body, carry)
