@@ -55,22 +55,21 @@ from rewardnorm_jax._src import base, formulas
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
 # How a merge sums its terms (see _shifted_sums), tuned on XLA:CPU.
-# A masked batch whose unselected entries are alike: by products of the mask's
-# weights with the terms. XLA:CPU fuses a vector-matrix product into the loop
-# that computes its matrix when the vector takes under _FUSED_PRODUCT_BYTES:
-# one product below _HALVES_FROM entries (a single product of about 2000
-# entries ran slower than two halves), then as many equal parts as keep each
-# under that size, up to _MAX_FUSED_PRODUCTS; past that one library product,
-# up to _PRODUCT_SUMS_UP_TO entries (a library product accumulates serially
-# per output: about 1e-7 relative at 2^16 entries in float32 and 2e-5 at
-# 2^20, where stacked sums stay near 1e-7).
+# By products of weights with the terms: XLA:CPU fuses a vector-matrix product
+# into the loop that computes its matrix when the vector takes under
+# _FUSED_PRODUCT_BYTES. One product below _HALVES_FROM entries (a single
+# product of about 2000 entries ran slower than two halves), then as many
+# equal parts as keep each under that size, up to _MAX_FUSED_PRODUCTS; past
+# that one library product, up to _PRODUCT_SUMS_UP_TO entries (a library
+# product accumulates serially per output: about 1e-7 relative at 2^16
+# entries in float32 and 2e-5 at 2^20, where stacked sums stay near 1e-7).
 _FUSED_PRODUCT_BYTES = 16 * 1024
 _HALVES_FROM = 1536
 _MAX_FUSED_PRODUCTS = 4
 _PRODUCT_SUMS_UP_TO = 2**16
-# Any other batch from _VECTORIZED_SUMS_FROM entries: the terms stacked and
-# summed down to _LANES partial sums each (a column sum), from _ROW_SUMS_FROM
-# along rows (a library reduction); below, one fused multi-output loop.
+# Otherwise, from _VECTORIZED_SUMS_FROM entries: the terms stacked and summed
+# down to _LANES partial sums each (a column sum), from _ROW_SUMS_FROM along
+# rows (a library reduction); below, one fused multi-output loop.
 _VECTORIZED_SUMS_FROM = 1024
 _ROW_SUMS_FROM = 2048
 _LANES = 8
@@ -355,26 +354,32 @@ def _weighted_sums(deviation, mask, entries: int):
 def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected_alike: bool):
     """``sum d``, ``sum d^2`` and, with a mask, ``n_b`` of the selected ``d = x - shift``.
 
-    Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT``: a tuple from one
-    fused multi-output loop, or a list of arrays of partial sums, shape
-    ``(terms, lanes, *S)``, that :func:`_merge_sums` adds up:
+    Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT`` (an unmasked
+    batch's count is its size): a list of arrays of partial sums, shape
+    ``(terms, lanes, *S)``, that :func:`_merge_sums` adds up, or a tuple of
+    totals from one fused multi-output loop. Summed
 
-    * with a mask whose unselected entries are alike (finite), up to
-      ``_PRODUCT_SUMS_UP_TO`` entries, the products of the mask's weights
-      with the terms ``(d, d^2, 1)`` of every entry (:func:`_weighted_sums`):
-      one kernel per product, and the mask stays out of any stacked terms,
-      which XLA:CPU computes several times slower when it fuses a scan's
-      input slices into them. An unselected entry so far off that its
-      ``d^2`` overflows saturates the statistics (``0 * inf``), as a
+    * by products of weights with the terms ``(d, d^2, 1)``, one kernel each
+      (:func:`_weighted_sums`): a masked batch whose unselected entries are
+      alike, up to ``_PRODUCT_SUMS_UP_TO`` entries, and an unmasked batch
+      below ``_HALVES_FROM`` entries (unit weights). The mask stays out of
+      any stacked terms, which XLA:CPU computes several times slower when it
+      fuses a scan's input slices into them. An unselected entry so far off
+      that its ``d^2`` overflows saturates the statistics (``0 * inf``), as a
       selected one would;
-    * otherwise, from ``_VECTORIZED_SUMS_FROM`` entries, the terms
-      ``(d, d^2)``, selected by the mask and with its count, stacked and
-      summed.
+    * otherwise the terms ``(d, d^2)``, selected by the mask and with its
+      count: stacked and summed from ``_VECTORIZED_SUMS_FROM`` entries, in
+      one fused loop below.
     """
     deviation = batch - shift
     entries = math.prod(batch.shape[:num_batch_axes])
     stats_shape = batch.shape[num_batch_axes:]
-    if mask is not None and unselected_alike and 0 < entries <= _PRODUCT_SUMS_UP_TO:
+    if mask is None:
+        by_products = 0 < entries < _HALVES_FROM
+        mask = jnp.ones(batch.shape, bool) if by_products else None
+    else:
+        by_products = unselected_alike and 0 < entries <= _PRODUCT_SUMS_UP_TO
+    if by_products:
         flat = (entries, *stats_shape)
         sums = _weighted_sums(deviation.reshape(flat), mask.reshape(flat), entries)
         return sums if axis_name is None else jax.lax.psum(sums, axis_name)
