@@ -223,6 +223,14 @@ def measure(num_envs: int, steps: int, repeats: int, done_prob: float, host_step
     rel_err = float(np.max(np.abs(got - expected) / np.maximum(np.abs(expected), 1e-3)))
     if not rel_err < 1e-3:
         raise AssertionError(f"ours differs from Gymnasium's vector wrapper: rel. error {rel_err}")
+    # Without active masks, on finite rewards and terminations alone, the default
+    # and fast steps compute the naive step's recurrence (with an exact count).
+    naive = np.asarray(naive_scan(rewards_jax, terminated_jax), np.float64)
+    for name, scan in (("default", default_scan), ("fast", fast_scan)):
+        out = np.asarray(scan(rewards_jax, terminated_jax), np.float64)
+        diff = float(np.max(np.abs(out - naive) / np.maximum(np.abs(naive), 1e-3)))
+        if not diff < 1e-3:
+            raise AssertionError(f"{name} differs from the naive step: rel. error {diff}")
 
     # Two groups, each alternating within itself: the host loops sweep megabytes
     # of NumPy arrays through the caches, which would slow whichever JAX scan

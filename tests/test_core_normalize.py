@@ -213,9 +213,12 @@ def test_matches_numpy_reference(semantics, num_envs, seed, freeze, masked, gamm
 @pytest.mark.parametrize(
     ("num_envs", "masked"),
     [
-        (1024, True),  # sums by a matrix-vector product
+        (1024, True),  # sums by one product of the mask's weights with the terms
+        (3000, True),  # two products (float64 weights of 3000 entries take 24 KiB)
+        (20000, True),  # one library product
         (2**16 + 8, True),  # past it: stacked, selected sums
-        (1024, False),  # unmasked: stacked sums, column partial sums
+        (1024, False),  # unmasked: one product with unit weights
+        (1600, False),  # unmasked: stacked sums, column partial sums
         (2048, False),  # unmasked: stacked sums along rows
     ],
 )
@@ -287,6 +290,28 @@ def test_float32_first_batch_far_from_the_prior_keeps_its_variance(num_envs, mas
     state, outputs = run(jnp.asarray(rewards), jnp.asarray(active))
     np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-5)
     np.testing.assert_allclose(outputs, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("num_envs", [4, 3000])
+@pytest.mark.parametrize("flag", ["frozen", "inactive"])
+def test_an_unselected_return_past_the_range_changes_nothing(num_envs, flag):
+    """A return whose square overflows, left out of the merge, leaves the statistics alone."""
+    norm = rn.normalize_reward()
+    rewards = jnp.arange(1.0, num_envs + 1.0)
+    _, state = norm.step(norm.init(num_envs), rewards)
+    state = state.replace(ret=state.ret.at[1].set(1e20))  # 1e20^2 overflows float32
+    active = jnp.ones(num_envs, bool)
+    if flag == "inactive":
+        active = active.at[1].set(False)
+    _, after = jax.jit(norm.step)(
+        state, jnp.ones(num_envs), False, False, jnp.bool_(flag != "frozen"), active=active
+    )
+    if flag == "frozen":
+        chex.assert_trees_all_equal(after.stats, state.stats)
+    else:
+        expected = rn.merge_stats(state.stats, after.ret, active)  # the generic merge selects
+        np.testing.assert_allclose(after.stats.var, expected.var, rtol=1e-6)
+        assert np.isfinite(float(after.stats.var))
 
 
 def test_freeze_is_a_traced_flag_inside_jit():

@@ -323,32 +323,40 @@ def _add_terms(a, b):
     return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
-def _weighted_sums(deviation, mask, entries: int):
+def _weighted_sums(deviation, mask):
     """Sums of ``(d, d^2, 1)`` weighted by the mask, by vector-matrix products.
 
-    ``deviation`` and ``mask`` have the shape ``(entries, *S)``. Returns a
-    list of partial sums, one array of shape ``(3, 1, *S)`` per product (see
-    the module's constants for how many).
+    ``deviation`` and ``mask`` are vectors (one statistic). Returns a list of
+    partial sums, one array of shape ``(3, 1)`` per product (see the module's
+    constants for how many). The terms are clamped to the dtype's range, so
+    that a weight of 0 always gives 0 (never ``0 * inf``); :func:`_merge_sums`
+    saturates a sum that reaches the range's end.
     """
     weights = mask.astype(deviation.dtype)
+    entries = deviation.shape[0]
     fused_entries = (_FUSED_PRODUCT_BYTES - 1) // deviation.dtype.itemsize
     products = max(1 if entries < _HALVES_FROM else 2, -(-entries // fused_entries))
-    if products > _MAX_FUSED_PRODUCTS:  # one library product
-        terms = jnp.stack([deviation, deviation * deviation, jnp.ones_like(deviation)])
-        part = jnp.einsum("tn...,n...->t...", terms, weights, precision=jax.lax.Precision.HIGHEST)
-        return [part[:, None]]
-    size = -(-entries // products)
+    fused = products <= _MAX_FUSED_PRODUCTS
+    size = -(-entries // products) if fused else entries
     parts = []
     for start in range(0, entries, size):
-        d = deviation[start : start + size]
-        terms = jnp.stack([d, d * d, jnp.ones_like(d)])  # (3, n, *S)
-        w = weights[start : start + size]
-        if deviation.ndim == 1:  # vector times matrix, the form XLA:CPU fuses
-            part = jnp.matmul(w, terms.T, precision=jax.lax.Precision.HIGHEST)
-        else:
-            part = jnp.einsum("n...,tn...->t...", w, terms, precision=jax.lax.Precision.HIGHEST)
-        parts.append(part[:, None])
+        terms = _clamped_terms(deviation[start : start + size])
+        if fused:  # a vector times a matrix: the form XLA:CPU fuses into the terms' loop
+            total = jnp.matmul(
+                weights[start : start + size], terms.T, precision=jax.lax.Precision.HIGHEST
+            )
+        else:  # one library product (a matrix times a vector)
+            total = jnp.matmul(terms, weights, precision=jax.lax.Precision.HIGHEST)
+        parts.append(total[:, None])
     return parts
+
+
+def _clamped_terms(deviation):
+    """The rows ``(d, d^2, 1)``, ``d`` and ``d^2`` clamped to the dtype's range."""
+    largest = jnp.finfo(deviation.dtype).max
+    deviation = jnp.clip(deviation, -largest, largest)
+    square = jnp.minimum(deviation * deviation, largest)
+    return jnp.stack([deviation, square, jnp.ones_like(deviation)])
 
 
 def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected_alike: bool):
@@ -374,14 +382,14 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected
     deviation = batch - shift
     entries = math.prod(batch.shape[:num_batch_axes])
     stats_shape = batch.shape[num_batch_axes:]
+    one_statistic = num_batch_axes > 0 and stats_shape == ()
     if mask is None:
-        by_products = 0 < entries < _HALVES_FROM
+        by_products = one_statistic and entries < _HALVES_FROM
         mask = jnp.ones(batch.shape, bool) if by_products else None
     else:
-        by_products = unselected_alike and 0 < entries <= _PRODUCT_SUMS_UP_TO
-    if by_products:
-        flat = (entries, *stats_shape)
-        sums = _weighted_sums(deviation.reshape(flat), mask.reshape(flat), entries)
+        by_products = one_statistic and unselected_alike and entries <= _PRODUCT_SUMS_UP_TO
+    if by_products and entries > 0:
+        sums = _weighted_sums(deviation.reshape(entries), mask.reshape(entries))
         return sums if axis_name is None else jax.lax.psum(sums, axis_name)
     terms = [deviation, deviation * deviation]
     if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
@@ -405,8 +413,13 @@ def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -
     if isinstance(sums, list):  # partial sums along a lanes axis, in one or more arrays
         sums = tuple(functools.reduce(operator.add, [part.sum(axis=1) for part in sums]))
     count_b = sums[_COUNT] if batch_size is None else jnp.full_like(shift, batch_size)
+    # A sum at the end of the dtype's range has overflowed (or summed clamped terms).
+    largest = jnp.finfo(shift.dtype).max
+    deviation_sum, square_sum = sums[_DEVIATIONS], sums[_SQUARES]
+    deviation_sum = jnp.where(abs(deviation_sum) < largest, deviation_sum, deviation_sum * jnp.inf)
+    square_sum = jnp.where(square_sum < largest, square_sum, jnp.inf)
     batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
-        jnp, count_b, sums[_DEVIATIONS], sums[_SQUARES], shift
+        jnp, count_b, deviation_sum, square_sum, shift
     )
     count, m2, m2_low = stats.count, stats.m2, stats.m2_low
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
