@@ -13,7 +13,7 @@ with operators (:math:`|x| < \infty`, and :math:`x = x` for "not NaN"), and
 
 Batch moments are the exception, computed where they are cheapest: the host
 adapters with NumPy's two passes (:func:`batch_moments`), the JAX transforms
-from one reduction of shifted sums (:func:`moments_from_shifted_sums`).
+from sums shifted by one of the batch's values (:func:`moments_from_shifted_sums`).
 """
 
 import math
@@ -182,15 +182,16 @@ def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):
     r"""Count, mean and population variance of a batch from its shifted sums.
 
     With :math:`d_i = x_i - s` over the :math:`n_b` selected entries (``shift``
-    :math:`s` one of them, so that :math:`|d_i|` is of the order of the spread):
+    :math:`s` one of the batch's values, so that :math:`|d_i|` is of the order
+    of the spread):
 
     .. math::
         \mu_b = s + \frac{\sum_i d_i}{n_b}, \qquad
         \sigma_b^2 = \frac{\sum_i d_i^2}{n_b} - \Big(\frac{\sum_i d_i}{n_b}\Big)^2
 
-    One pass over the batch gives all three sums (one fused reduction), and
-    the shift keeps the difference well conditioned when :math:`|\mu_b| \gg
-    \sigma_b` (shifting by 0 would cancel catastrophically). Rounding can
+    One pass over the batch gives all three sums, and the shift keeps the
+    difference well conditioned when :math:`|\mu_b| \gg \sigma_b` (shifting by
+    0 would cancel catastrophically). Rounding can
     make the difference slightly negative: it is clamped at 0. With
     :math:`n_b = 0` the mean is the shift and the variance 0.
 
