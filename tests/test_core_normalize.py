@@ -260,6 +260,46 @@ def test_wide_batches_match_numpy_reference(num_envs, masked):
         assert int(rn.count_as_int(state.stats)) == round(rms.count)
 
 
+@pytest.mark.parametrize(
+    "num_envs",
+    [
+        1024,  # one product
+        3000,  # two products of under 16 KiB of float32 weights
+        12000,  # three
+        20000,  # one library product
+    ],
+)
+def test_float32_masked_batches_match_numpy_reference(num_envs):
+    """The products of float32 weights, however split, give the float64 reference's numbers."""
+    steps = 12
+    rng = np.random.default_rng(num_envs)
+    rewards = rng.normal(rng.uniform(-3, 3), 2.0, (steps, num_envs)).astype(np.float32)
+    rewards[rng.random(rewards.shape) < 0.03] = np.nan
+    terminated = rng.random((steps, num_envs)) < 0.1
+    update = rng.random(steps) < 0.8
+    active = rng.random(terminated.shape) < 0.8
+    expected, _, rms = reference.normalize_stream(
+        rewards, terminated, np.zeros_like(terminated), update=update, active=active
+    )
+    norm = rn.normalize_reward()
+
+    @jax.jit
+    def run(rewards, terminated, update, active):
+        def body(state, xs):
+            out, state = norm.step(state, xs[0], xs[1], False, xs[2], active=xs[3])
+            return state, out
+
+        return jax.lax.scan(body, norm.init(num_envs), (rewards, terminated, update, active))
+
+    state, outputs = run(
+        jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(update), jnp.asarray(active)
+    )
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(float(state.stats.mean), rms.mean, rtol=1e-5)
+    np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-5)
+    assert int(rn.count_as_int(state.stats)) == round(rms.count)
+
+
 @pytest.mark.parametrize("num_envs", [64, 1024, 4096])
 @pytest.mark.parametrize("masked", [False, True])
 def test_float32_first_batch_far_from_the_prior_keeps_its_variance(num_envs, masked):
