@@ -96,44 +96,29 @@ def next_step_active(terminated):
     return jnp.concatenate([jnp.ones_like(terminated[:1]), ~terminated[:-1]])
 
 
-@jax.jit
-def ours_scan(rewards, terminated):
-    """``normalize_reward().step`` under Gymnasium's vector (next-step autoreset) convention."""
+def step_scan(norm: rn.RewardTransform, with_active: bool = False):
+    """A jitted ``lax.scan`` of ``norm.step(state, r, terminated, False)`` over a stream.
 
-    def body(state, inputs):
-        reward, done, active = inputs
-        out, state = _NORM.step(state, reward, done, False, active=active)
-        return state, out
+    With ``with_active``, under Gymnasium's vector (next-step autoreset)
+    convention: the ``active`` mask of :func:`next_step_active`.
+    """
 
-    init = _NORM.init(rewards.shape[1:])
-    return jax.lax.scan(body, init, (rewards, terminated, next_step_active(terminated)))[1]
+    @jax.jit
+    def scan(rewards, terminated):
+        def body(state, inputs):
+            reward, done, *active = inputs
+            out, state = norm.step(state, reward, done, False, active=active[0] if active else None)
+            return state, out
 
+        inputs = (rewards, terminated) + ((next_step_active(terminated),) if with_active else ())
+        return jax.lax.scan(body, norm.init(rewards.shape[1:]), inputs)[1]
 
-@jax.jit
-def default_scan(rewards, terminated):
-    """``normalize_reward().step(state, r, terminated, False)``, without ``active``."""
-
-    def body(state, inputs):
-        reward, done = inputs
-        out, state = _NORM.step(state, reward, done, False)
-        return state, out
-
-    return jax.lax.scan(body, _NORM.init(rewards.shape[1:]), (rewards, terminated))[1]
+    return scan
 
 
-_FAST = rn.normalize_reward(GAMMA, EPSILON, finite_rewards=True)
-
-
-@jax.jit
-def fast_scan(rewards, terminated):
-    """``normalize_reward(finite_rewards=True).step`` with no ``active`` mask."""
-
-    def body(state, inputs):
-        reward, done = inputs
-        out, state = _FAST.step(state, reward, done, False)
-        return state, out
-
-    return jax.lax.scan(body, _FAST.init(rewards.shape[1:]), (rewards, terminated))[1]
+ours_scan = step_scan(_NORM, with_active=True)
+default_scan = step_scan(_NORM)
+fast_scan = step_scan(rn.normalize_reward(GAMMA, EPSILON, finite_rewards=True))
 
 
 def inline_init(num_envs: int):

@@ -24,31 +24,15 @@ STEPS = 16  # the loop body does not depend on the stream's length
 INLINE_KERNELS = 8
 
 
-def scan_of(norm, with_active: bool):
-    @jax.jit
-    def scan(rewards, terminated):
-        def body(state, inputs):
-            reward, done, active = inputs
-            out, state = norm.step(
-                state, reward, done, False, active=active if with_active else None
-            )
-            return state, out
-
-        inputs = (rewards, terminated, stream.next_step_active(terminated))
-        return jax.lax.scan(body, norm.init(rewards.shape[1:]), inputs)[1]
-
-    return scan
-
-
 def scans():
     default = rn.normalize_reward(stream.GAMMA, stream.EPSILON)
     fast = rn.normalize_reward(stream.GAMMA, stream.EPSILON, finite_rewards=True)
     return {
         "naive": stream.naive_scan,
-        "default, active mask": scan_of(default, with_active=True),
-        "default": scan_of(default, with_active=False),
-        "finite rewards, no mask": scan_of(fast, with_active=False),
-        "finite rewards, active mask": scan_of(fast, with_active=True),
+        "default, active mask": stream.step_scan(default, with_active=True),
+        "default": stream.step_scan(default, with_active=False),
+        "finite rewards, no mask": stream.step_scan(fast, with_active=False),
+        "finite rewards, active mask": stream.step_scan(fast, with_active=True),
     }
 
 
