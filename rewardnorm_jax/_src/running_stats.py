@@ -257,9 +257,14 @@ def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
     batches count in ``uint32``.
     """
     mantissa_bits = jnp.finfo(batch.dtype).nmant + 1
+    return _entries(batch, num_batch_axes, axis_name) <= 2**mantissa_bits
+
+
+def _entries(batch, num_batch_axes: int, axis_name) -> int:
+    """Entries per statistic that all participants along ``axis_name`` reduce together."""
     # psum of a Python 1 is the (static) number of participants along axis_name.
     participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-    return participants * math.prod(batch.shape[:num_batch_axes]) <= 2**mantissa_bits
+    return participants * math.prod(batch.shape[:num_batch_axes])
 
 
 def make_reduce(num_batch_axes: int, axis_name=None):
@@ -382,14 +387,14 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected
     deviation = batch - shift
     entries = math.prod(batch.shape[:num_batch_axes])
     stats_shape = batch.shape[num_batch_axes:]
-    one_statistic = num_batch_axes > 0 and stats_shape == ()
+    one_statistic = num_batch_axes > 0 and stats_shape == () and entries > 0
     if mask is None:
         by_products = one_statistic and entries < _HALVES_FROM
-        mask = jnp.ones(batch.shape, bool) if by_products else None
     else:
         by_products = one_statistic and unselected_alike and entries <= _PRODUCT_SUMS_UP_TO
-    if by_products and entries > 0:
-        sums = _weighted_sums(deviation.reshape(entries), mask.reshape(entries))
+    if by_products:
+        weights = jnp.ones(entries, bool) if mask is None else mask.reshape(entries)
+        sums = _weighted_sums(deviation.reshape(entries), weights)
         return sums if axis_name is None else jax.lax.psum(sums, axis_name)
     terms = [deviation, deviation * deviation]
     if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
@@ -515,10 +520,7 @@ def merge_batch(
     num_batch_axes = batch.ndim - stats.mean.ndim
     shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
     sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name, unselected_alike)
-    batch_size = None
-    if mask is None:  # psum of a Python int is the (static) number of participants
-        participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-        batch_size = participants * math.prod(batch.shape[:num_batch_axes])
+    batch_size = None if mask is not None else _entries(batch, num_batch_axes, axis_name)
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
         if batch_size is None:
