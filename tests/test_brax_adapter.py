@@ -187,3 +187,49 @@ def test_brax_ppo_trains_on_normalized_rewards_and_evaluates_raw_returns(monkeyp
             metrics["eval/episode_reward"], metrics["eval/avg_episode_length"], rtol=1e-5
         )
     assert last["eval/episode_reward"] > 2 * first["eval/episode_reward"]  # it learns
+
+
+class IntegerRewards(brax_envs.Wrapper):  # type: ignore[name-defined]  # brax is untyped
+    """Rewards as int32, as some environments return them."""
+
+    def reset(self, rng):
+        state = self.env.reset(rng)
+        return state.replace(reward=state.reward.astype(jnp.int32))
+
+    def step(self, state, action):
+        state = self.env.step(state, action)
+        return state.replace(reward=state.reward.astype(jnp.int32))
+
+
+def test_integer_rewards_normalize_to_floats_from_the_reset_on():
+    wrapped = rnb.NormalizeReward(IntegerRewards(pendulum()), GAMMA)
+
+    @jax.jit
+    def run(key):
+        def body(state, step_key):
+            actions = jax.random.uniform(step_key, (4, 1), minval=-1.0, maxval=1.0)
+            state = wrapped.step(state, actions)  # the carry keeps the reset's types
+            return state, (state.metrics["raw_reward"], state.reward, state.done)
+
+        start = wrapped.reset(jax.random.split(key, 4))
+        return start, jax.lax.scan(body, start, jax.random.split(key, 10))
+
+    start, (_, (raw, reward, done)) = run(jax.random.PRNGKey(0))
+    assert start.reward.dtype == reward.dtype == jnp.float32
+    assert raw.dtype == jnp.int32
+    _, expected = core_stream(GYMNASIUM, raw, done > 0, jnp.zeros_like(done, bool))
+    np.testing.assert_allclose(reward, expected, rtol=4 * FLOAT32_ULP)
+    assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
+
+
+def test_flags_of_another_shape_or_type_are_refused_by_name():
+    state = jax.eval_shape(
+        rnb.NormalizeReward(pendulum()).reset, jax.random.split(jax.random.PRNGKey(0), 4)
+    )
+    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
+        rnb.set_update_stats(state, jnp.ones(4, bool))
+    with pytest.raises(ValueError, match=r"update_stats should be a boolean.*'False'"):
+        rnb.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
+    assert not rnb.set_update_stats(state, np.bool_(False)).info["reward_update_stats"]
+    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
+        rnb.NormalizeReward(pendulum(), per_env="no")  # type: ignore[arg-type]  # on purpose

@@ -645,3 +645,23 @@ def test_a_per_env_wrapper_under_an_unnamed_vmap_must_say_where_its_statistics_l
     _, state, *_ = named.step(keys, state, actions, params)
     assert rn.count_as_int(state.transform_state.stats).tolist() == [4, 4, 4, 4]
     assert rgx.NormalizeReward(env, shared=False).reset(keys[0], params)[1] is not None
+
+
+def test_flags_of_another_shape_or_type_are_refused_by_name():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.VecEnv(env))
+    keys = jax.random.split(jax.random.key(0), 4)
+    _, state = wrapped.reset(keys, params)
+    with pytest.raises(TypeError, match="update_stats"):  # a string is no JAX value
+        wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params, "False")
+    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
+        rgx.set_update_stats(state, jnp.ones(4, bool))
+    with pytest.raises(ValueError, match=r"update_stats should be a boolean.*'False'"):
+        rgx.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
+        rgx.NormalizeReward(env, per_env="no")  # type: ignore[arg-type]  # on purpose
+    # a state batched by an outer vmap takes one flag per environment
+    per_env = rgx.VecEnv(rgx.NormalizeReward(env, per_env=True))
+    _, batched = per_env.reset(keys, params)
+    flags = jnp.array([True, False, True, False])
+    np.testing.assert_array_equal(rgx.set_update_stats(batched, flags).update_stats, flags)

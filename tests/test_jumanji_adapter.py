@@ -1,5 +1,6 @@
 """rewardnorm_jax.jumanji on real Jumanji environments, against the core."""
 
+import dataclasses
 import functools
 
 import jax
@@ -9,7 +10,12 @@ import pytest
 
 jumanji = pytest.importorskip("jumanji", reason="the jumanji extra is not installed")
 
-from jumanji.wrappers import AutoResetWrapper, VmapAutoResetWrapper, VmapWrapper  # noqa: E402
+from jumanji.wrappers import (  # noqa: E402
+    AutoResetWrapper,
+    VmapAutoResetWrapper,
+    VmapWrapper,
+    Wrapper,
+)
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import jumanji as rnj  # noqa: E402
@@ -132,3 +138,95 @@ def test_composes_with_auto_reset_wrappers_and_refuses_silent_per_env_statistics
         )
     with pytest.raises(ValueError, match="transform"):
         rnj.RewardTransformWrapper(snake, jnp.tanh)  # type: ignore[arg-type]  # on purpose
+
+
+AGENT_SCALES = jnp.array([1.0, -2.0, 0.5, 3.0])  # four agents' rewards from one reward
+
+
+class PerAgentRewards(Wrapper):
+    """One reward per agent and one discount per step, as a custom multi-agent suite has."""
+
+    def reset(self, key):
+        state, timestep = self._env.reset(key)
+        return state, dataclasses.replace(timestep, reward=timestep.reward * AGENT_SCALES)
+
+    def step(self, state, action):
+        state, timestep = self._env.step(state, action)
+        return state, dataclasses.replace(timestep, reward=timestep.reward * AGENT_SCALES)
+
+
+class IntegerRewards(Wrapper):
+    """Rewards as int32, as some suites return them."""
+
+    def reset(self, key):
+        state, timestep = self._env.reset(key)
+        return state, dataclasses.replace(timestep, reward=timestep.reward.astype(jnp.int32))
+
+    def step(self, state, action):
+        state, timestep = self._env.step(state, action)
+        return state, dataclasses.replace(timestep, reward=timestep.reward.astype(jnp.int32))
+
+
+def scan_from_reset(wrapped, base, num_envs, steps=STEPS):
+    """Reset, then ``steps`` random steps in a ``lax.scan`` whose carry starts at the reset."""
+
+    @jax.jit
+    def run(key):
+        def body(carry, step_key):
+            state, _ = carry
+            state, timestep = wrapped.step(state, random_actions(base, step_key)[:num_envs])
+            out = (timestep.extras["raw_reward"], timestep.step_type, timestep.discount)
+            return (state, timestep), (timestep.reward, *out)
+
+        start = wrapped.reset(jax.random.split(key, num_envs))
+        return jax.lax.scan(body, start, jax.random.split(key, steps))
+
+    return run(jax.random.PRNGKey(3))
+
+
+@pytest.mark.parametrize("num_envs", [4, 3])  # as many environments as agents, and fewer
+def test_one_discount_per_step_ends_every_agent_reward_of_its_environment(num_envs):
+    base = jumanji.make("Minesweeper-v0")
+    wrapped = rnj.NormalizeReward(VmapAutoResetWrapper(PerAgentRewards(base)), GAMMA)
+    (state, _), (reward, raw, step_type, discount) = scan_from_reset(wrapped, base, num_envs)
+    assert raw.shape == (STEPS, num_envs, 4)
+    assert discount.shape == (STEPS, num_envs)
+    last = (step_type == jumanji.types.StepType.LAST) & (discount == 0)
+    assert bool(last.any())  # episodes end on a mine
+    terminated = jnp.broadcast_to(last[..., None], raw.shape)
+    core_state, expected = jax.jit(core_stream, static_argnums=0)(
+        GYMNASIUM, raw, terminated, jnp.zeros_like(terminated), jnp.ones(STEPS, bool)
+    )
+    np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))
+    np.testing.assert_allclose(
+        rnj.get_transform_state(state).ret, core_state.ret, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_integer_rewards_normalize_to_floats_from_the_reset_on():
+    base = jumanji.make("Minesweeper-v0")
+    wrapped = rnj.NormalizeReward(VmapAutoResetWrapper(IntegerRewards(base)), GAMMA)
+    _start, timestep = wrapped.reset(jax.random.split(jax.random.PRNGKey(0), NUM_ENVS))
+    assert timestep.reward.dtype == jnp.float32  # the scan's carry keeps its type
+    assert timestep.extras["raw_reward"].dtype == jnp.int32
+    (_state, _), (reward, raw, step_type, discount) = scan_from_reset(wrapped, base, NUM_ENVS)
+    assert reward.dtype == jnp.float32
+    assert raw.dtype == jnp.int32
+    last = step_type == jumanji.types.StepType.LAST
+    _, expected = jax.jit(core_stream, static_argnums=0)(
+        GYMNASIUM, raw, last & (discount == 0), last & (discount > 0), jnp.ones(STEPS, bool)
+    )
+    np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))
+    assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
+
+
+def test_flags_of_another_shape_or_type_are_refused_by_name():
+    base = jumanji.make("Snake-v1")
+    wrapped = rnj.NormalizeReward(VmapAutoResetWrapper(base))
+    state, _ = wrapped.reset(jax.random.split(jax.random.PRNGKey(0), 4))
+    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
+        rnj.set_update_stats(state, jnp.ones(4, bool))
+    with pytest.raises(ValueError, match=r"update_stats should be a boolean.*'False'"):
+        rnj.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
+    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
+        rnj.NormalizeReward(base, per_env="no")  # type: ignore[arg-type]  # on purpose

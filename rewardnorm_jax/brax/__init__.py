@@ -22,6 +22,12 @@ MuJoCo Playground environments have the same ``State`` fields; pass
 Only this subpackage imports Brax; the top-level package exports none of it.
 """
 
+from rewardnorm_jax._src.adapter import (
+    get_transform_state,
+    set_transform_state,
+    set_update_stats,
+    with_stats_from,
+)
 from rewardnorm_jax._src.extras import requires
 
 with requires("brax", __name__):
@@ -29,10 +35,6 @@ with requires("brax", __name__):
         NormalizeReward,
         RawRewardEvaluation,
         RewardTransformWrapper,
-        get_transform_state,
-        set_transform_state,
-        set_update_stats,
-        with_stats_from,
         wrap_env_fn,
     )
 

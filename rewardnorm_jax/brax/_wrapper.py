@@ -1,7 +1,6 @@
 r"""A Brax wrapper that passes ``state.reward`` through a core reward transform."""
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -9,18 +8,13 @@ from brax.envs import training
 from brax.envs.base import Env, State, Wrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import wrapper_state as _state
+from rewardnorm_jax._src import adapter
+from rewardnorm_jax._src.adapter import RAW_REWARD, TRANSFORM_STATE, UPDATE_STATS
 
-PyTree = Any
-_SEMANTICS_DEFAULT = _state.SEMANTICS_DEFAULT
-
-TRANSFORM_STATE = "reward_transform_state"  # state.info key: the transform's state
-UPDATE_STATS = "reward_update_stats"  # state.info key: bool (), False freezes the statistics
-RAW_REWARD = "raw_reward"  # state.metrics key: the reward before the transform
 TRUNCATION = "truncation"  # state.info key set by Brax's and Playground's EpisodeWrapper
 
 
-class RewardTransformWrapper(Wrapper):
+class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
     r"""Passes ``state.reward`` of a Brax environment through a reward transform.
 
     Each step calls the transform's ``step`` once with the environment's
@@ -35,7 +29,8 @@ class RewardTransformWrapper(Wrapper):
     Playground's) ``EpisodeWrapper`` sets it at the time limit, so the
     termination is ``done`` without truncation (with no ``"truncation"`` in
     ``info``, every end is a termination). ``state.reward`` becomes the
-    transformed reward (in the raw reward's dtype); the raw reward stays in
+    transformed reward (a float in the statistics' dtype for a normalizer,
+    from the reset on, whatever the raw dtype); the raw reward stays in
     ``state.metrics["raw_reward"]``, which Brax's evaluator sums into
     ``eval/episode_raw_reward``. The transform state and a freeze flag live in
     ``state.info`` (:func:`get_transform_state`, :func:`set_transform_state`,
@@ -62,36 +57,8 @@ class RewardTransformWrapper(Wrapper):
       ([1.0, 1.0, 1.0, 1.0], 141.4)
 
     Change logs:
-      * v0.2.0 - Initially added.
+      * Unreleased - Initially added.
     """
-
-    def __init__(
-        self,
-        env: Env,
-        transform: rn.RewardTransform,
-        *,
-        axis_name: Any = None,
-        per_env: bool = False,
-    ):
-        """Wraps ``env``.
-
-        Args:
-          env: a Brax (or MuJoCo Playground) environment, batched or not.
-          transform: the reward transform applied to every reward.
-          axis_name: for a wrapper serving one environment under
-            ``jax.vmap(..., axis_name=...)``: the axis name the transform was
-            built with, across which it shares its statistics.
-          per_env: for a wrapper serving one environment: keep statistics of
-            that environment alone (one set per environment under Brax's
-            ``VmapWrapper``).
-
-        Raises:
-          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-        """
-        super().__init__(env)
-        self.transform = _state.check_transform(transform)
-        self._axis_name = axis_name
-        self._per_env = bool(per_env)
 
     def reset(self, rng: jax.Array) -> State:
         """Resets the environment and the transform state (batch shape: the reward's).
@@ -102,12 +69,12 @@ class RewardTransformWrapper(Wrapper):
             ``per_env=True``.
         """
         state = self.env.reset(rng)
-        batch_shape = tuple(jnp.shape(state.reward))
-        transform_state = _state.init_transform_state(
-            type(self).__name__, self.transform, batch_shape, self._axis_name, self._per_env
+        transform_state = self.init_transform_state(jnp.shape(state.reward))
+        return state.replace(
+            reward=self.reset_reward(transform_state, state.reward),
+            info={**state.info, TRANSFORM_STATE: transform_state, UPDATE_STATS: jnp.array(True)},
+            metrics={**state.metrics, RAW_REWARD: state.reward},
         )
-        info = {**state.info, TRANSFORM_STATE: transform_state, UPDATE_STATS: jnp.array(True)}
-        return state.replace(info=info, metrics={**state.metrics, RAW_REWARD: state.reward})
 
     def step(self, state: State, action: jax.Array) -> State:
         """Steps the environment and transforms its reward."""
@@ -119,27 +86,23 @@ class RewardTransformWrapper(Wrapper):
         raw = state.reward
         done = jnp.asarray(state.done) > 0
         truncated = done & (jnp.asarray(state.info.get(TRUNCATION, False)) > 0)
-        reward, transform_state = self.transform.step(
+        reward, transform_state = self.transform_reward(
             transform_state, raw, done & ~truncated, truncated, update_stats
         )
         return state.replace(
-            reward=reward.astype(jnp.result_type(raw)),
+            reward=reward,
             info={**state.info, TRANSFORM_STATE: transform_state, UPDATE_STATS: update_stats},
             metrics={**state.metrics, RAW_REWARD: raw},
         )
 
 
-class NormalizeReward(RewardTransformWrapper):
+class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``state.reward`` by the running standard deviation of the discounted return.
 
-    :func:`rewardnorm_jax.normalize_reward` as a Brax wrapper:
-
-    .. math::
-      G \leftarrow \gamma\, G\, (1 - d) + r, \qquad
-      \tilde r = r / \sqrt{\sigma^2_G + \epsilon}
-
-    with the flag :math:`d` chosen by ``semantics`` (``"gymnasium"``, the
-    default: terminations only; ``"purejaxrl"``: every end). See
+    :func:`rewardnorm_jax.normalize_reward` (which gives the formula) as a
+    Brax wrapper; ``semantics`` says which episode ends reset the return
+    (``"gymnasium"``, the default: terminations only; ``"purejaxrl"``: every
+    end). See
     :class:`RewardTransformWrapper` for placement, flags and state.
 
     Example:
@@ -154,96 +117,8 @@ class NormalizeReward(RewardTransformWrapper):
       (4,)
 
     Change logs:
-      * v0.2.0 - Initially added.
+      * Unreleased - Initially added.
     """
-
-    def __init__(
-        self,
-        env: Env,
-        gamma: float = 0.99,
-        epsilon: float = 1e-8,
-        *,
-        semantics: "str | rn.Semantics" = "gymnasium",
-        clip: Any = _SEMANTICS_DEFAULT,
-        dtype=None,
-        axis_name=None,
-        per_env: bool = False,
-        **options,
-    ):
-        """Wraps ``env``; arguments as :func:`rewardnorm_jax.normalize_reward`'s.
-
-        ``per_env`` (or ``shared=False``): for a wrapper serving one
-        environment without ``axis_name``, keep statistics of that environment
-        alone.
-
-        Raises:
-          ValueError: for an invalid hyperparameter (see
-            :func:`rewardnorm_jax.normalize_reward`).
-        """
-        transform, per_env = _state.normalize_transform(
-            gamma, epsilon, semantics, clip, dtype, axis_name, per_env, options
-        )
-        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
-
-
-def get_transform_state(state: State) -> PyTree:
-    """The reward transform's state held in ``state.info`` (e.g. to checkpoint it).
-
-    Raises:
-      ValueError: if ``state`` holds none (not a state of a wrapper of this module).
-    """
-    _check_wrapped(state)
-    return state.info[TRANSFORM_STATE]
-
-
-def set_transform_state(state: State, transform_state: PyTree) -> State:
-    """``state`` with the reward transform's state replaced (e.g. from a checkpoint).
-
-    The replacement is used exactly as given (statistics and tracked returns)
-    and must have the structure, shapes and dtypes of the state it replaces;
-    :func:`with_stats_from` keeps the tracked returns instead.
-
-    Raises:
-      ValueError: if ``state`` holds no transform state, or the replacement
-        differs in structure, shape or dtype.
-    """
-    _state.check_same_layout(get_transform_state(state), transform_state, "transform_state")
-    return state.replace(info={**state.info, TRANSFORM_STATE: transform_state})
-
-
-def with_stats_from(state: State, stats_from: PyTree) -> State:
-    """``state`` with the statistics of ``stats_from``, its own tracked returns kept.
-
-    For an evaluation (or a resumed run) on a fresh reset: the statistics
-    (running moments, percentiles, running max of ``|G|``) come from
-    ``stats_from``, the tracked returns (fields ``ret``) stay those of
-    ``state``, so ``stats_from`` may come from a batch of another size.
-
-    Raises:
-      ValueError: if ``state`` holds no transform state, or ``stats_from``
-        differs from it in structure, or in shape or dtype outside ``ret``.
-    """
-    kept = _state.keep_stats(get_transform_state(state), stats_from)
-    return state.replace(info={**state.info, TRANSFORM_STATE: kept})
-
-
-def set_update_stats(state: State, update_stats: jax.typing.ArrayLike) -> State:
-    """``state`` with the statistics frozen (``False``) or learning (``True``).
-
-    Raises:
-      ValueError: if ``state`` holds no transform state.
-    """
-    _check_wrapped(state)
-    flag = jnp.broadcast_to(jnp.asarray(update_stats, bool), jnp.shape(state.info[UPDATE_STATS]))
-    return state.replace(info={**state.info, UPDATE_STATS: flag})
-
-
-def _check_wrapped(state: State) -> None:
-    if not isinstance(getattr(state, "info", None), dict) or TRANSFORM_STATE not in state.info:
-        raise ValueError(
-            f"no reward transform state in state.info (key {TRANSFORM_STATE!r}); pass the "
-            "state of a rewardnorm_jax.brax wrapper (or of a wrapper stack around one)."
-        )
 
 
 class RawRewardEvaluation(Wrapper):
@@ -284,11 +159,7 @@ def wrap_env_fn(
     Raises:
       ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
     """
-    if not isinstance(transform, rn.RewardTransform):
-        raise ValueError(
-            f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
-            f"rn.normalize_reward()), got {transform!r} of type {type(transform).__name__}."
-        )
+    adapter.check_transform(transform)
 
     def fn(env: Env, **kwargs) -> Env:
         if isinstance(env, RawRewardEvaluation):

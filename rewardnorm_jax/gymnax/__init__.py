@@ -23,7 +23,8 @@ API:
 * ``RewardWrapperState(env_state, transform_state, update_stats)``: the
   wrapper state (a ``flax.struct`` dataclass).
 * ``get_transform_state(state)``, ``set_transform_state(state, transform_state)``,
-  ``set_update_stats(state, flag)``: read / write the outermost
+  ``with_stats_from(state, transform_state)``, ``set_update_stats(state, flag)``:
+  read / write the outermost
   ``RewardWrapperState`` inside any wrapper stack (following ``env_state``).
 * ``VecEnv(env, axis_name=None)``: ``jax.vmap`` of ``reset(keys, params)`` /
   ``step(keys, states, actions, params)`` over one key per environment.
@@ -43,13 +44,14 @@ each environment would silently keep its own statistics.
 Only this subpackage imports gymnax; the top-level package exports none of it.
 """
 
-from rewardnorm_jax._src.extras import requires
-from rewardnorm_jax._src.wrapper_state import (
+from rewardnorm_jax._src.adapter import (
     RewardWrapperState,
     get_transform_state,
     set_transform_state,
     set_update_stats,
+    with_stats_from,
 )
+from rewardnorm_jax._src.extras import requires
 
 with requires("gymnax", __name__):
     from rewardnorm_jax.gymnax._vec_env import VecEnv
@@ -70,4 +72,5 @@ __all__ = [
     "get_transform_state",
     "set_transform_state",
     "set_update_stats",
+    "with_stats_from",
 ]

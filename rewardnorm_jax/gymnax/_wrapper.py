@@ -9,10 +9,9 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import wrapper_state as _state
+from rewardnorm_jax._src import adapter
 
 PyTree = Any
-_SEMANTICS_DEFAULT = _state.SEMANTICS_DEFAULT
 
 
 def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
@@ -57,7 +56,7 @@ def episode_ends(result: tuple) -> tuple[jax.Array, jax.Array]:
     return terminated, done & ~terminated
 
 
-class RewardTransformWrapper(GymnaxWrapper):
+class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
     r"""Passes every reward of a gymnax environment through a reward transform.
 
     Any :class:`~rewardnorm_jax.RewardTransform` works: a normalizer, a clip,
@@ -125,47 +124,13 @@ class RewardTransformWrapper(GymnaxWrapper):
       * v0.1.0 - Initially added.
     """
 
-    def __init__(
-        self,
-        env,
-        transform: rn.RewardTransform,
-        *,
-        axis_name: Any = None,
-        per_env: bool = False,
-    ):
-        """Wraps ``env``.
-
-        Args:
-          env: a gymnax environment or wrapper (single or batched), with a
-            six- or five-value step.
-          transform: the reward transform applied to every reward.
-          axis_name: for a wrapper serving one environment under
-            ``jax.vmap(..., axis_name=...)``: the axis name the transform was
-            built with, across which it shares its statistics.
-          per_env: for a wrapper serving one environment: keep statistics of
-            that environment alone (under an unnamed ``jax.vmap``, one set per
-            environment).
-
-        Raises:
-          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-        """
-        super().__init__(env)
-        self._transform = _state.check_transform(transform)
-        self._axis_name = axis_name
-        self._per_env = bool(per_env)
-
-    @property
-    def transform(self) -> rn.RewardTransform:
-        """The reward transform applied to every reward."""
-        return self._transform
-
     @partial(jax.jit, static_argnames=("self",))
     def reset(
         self,
         key: jax.Array,
         params: Any = None,
         stats_from: PyTree = None,
-    ) -> tuple[PyTree, _state.RewardWrapperState]:
+    ) -> tuple[PyTree, adapter.RewardWrapperState]:
         """Resets the environment and the transform state.
 
         Args:
@@ -189,13 +154,10 @@ class RewardTransformWrapper(GymnaxWrapper):
             and the wrapper has neither ``axis_name`` nor ``per_env=True``.
         """
         obs, env_state = self._env.reset(key, params)
-        batch_shape = batch_shape_of_key(key)
-        transform_state = _state.init_transform_state(
-            type(self).__name__, self._transform, batch_shape, self._axis_name, self._per_env
-        )
+        transform_state = self.init_transform_state(batch_shape_of_key(key))
         if stats_from is not None:
-            transform_state = _state.keep_stats(transform_state, stats_from)
-        return obs, _state.RewardWrapperState(
+            transform_state = adapter.keep_stats(transform_state, stats_from)
+        return obs, adapter.RewardWrapperState(
             env_state=env_state,
             transform_state=transform_state,
             update_stats=jnp.array(True),
@@ -205,7 +167,7 @@ class RewardTransformWrapper(GymnaxWrapper):
     def step(
         self,
         key: jax.Array,
-        state: _state.RewardWrapperState,
+        state: adapter.RewardWrapperState,
         action: Any,
         params: Any = None,
         update_stats: jax.typing.ArrayLike = True,
@@ -229,36 +191,27 @@ class RewardTransformWrapper(GymnaxWrapper):
           ValueError: if ``update_stats`` is not a scalar, or the wrapped
             step returns neither six nor five values.
         """
-        if jnp.shape(update_stats) != ():
-            raise ValueError(
-                f"update_stats should be a scalar boolean, got shape {jnp.shape(update_stats)}."
-            )
+        update_stats = adapter.check_flag("update_stats", update_stats)
         result = self._env.step(key, state.env_state, action, params)
         obs, env_state, reward = result[:3]
-        terminated, truncated = episode_ends(result)
-        reward, transform_state = self._transform.step(
+        reward, transform_state = self.transform_reward(
             state.transform_state,
             reward,
-            terminated,
-            truncated,
-            jnp.logical_and(update_stats, state.update_stats),
+            *episode_ends(result),
+            update_stats & state.update_stats,
         )
         state = state.replace(env_state=env_state, transform_state=transform_state)
         return (obs, state, reward, *result[3:])
 
 
-class NormalizeReward(RewardTransformWrapper):
+class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales rewards by the running standard deviation of the discounted return.
 
     The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's
-    ``NormalizeVecReward``, built on :func:`rewardnorm_jax.normalize_reward`:
-
-    .. math::
-      G \leftarrow \gamma\, G\, (1 - d) + r, \qquad
-      \tilde r = r / \sqrt{\sigma^2_G + \epsilon}
-
-    with one set of running statistics of :math:`G` shared by the batch and
-    the flag :math:`d` chosen by ``semantics`` (``"gymnasium"``, the default:
+    ``NormalizeVecReward``: :func:`rewardnorm_jax.normalize_reward` (which
+    gives the formula) around a gymnax environment, with one set of running
+    statistics of the discounted return shared by the batch. ``semantics``
+    says which episode ends reset the return (``"gymnasium"``, the default:
     ``terminated``; ``"purejaxrl"``: ``terminated or truncated``, which with
     gymnax's auto-reset reproduces PureJaxRL exactly; ``"sb3"``). The state's
     ``transform_state`` is a :class:`~rewardnorm_jax.NormalizeRewardState`
@@ -293,52 +246,6 @@ class NormalizeReward(RewardTransformWrapper):
     Change logs:
       * v0.1.0 - Initially added.
     """
-
-    def __init__(
-        self,
-        env,
-        gamma: float = 0.99,
-        epsilon: float = 1e-8,
-        *,
-        semantics: "str | rn.Semantics" = "gymnasium",
-        clip: Any = _SEMANTICS_DEFAULT,
-        dtype=None,
-        axis_name=None,
-        per_env: bool = False,
-        **options,
-    ):
-        """Wraps ``env``.
-
-        Args:
-          env: a gymnax environment or wrapper (single or batched).
-          gamma: discount factor in [0, 1].
-          epsilon: added to the variance, > 0.
-          semantics: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"``,
-            ``"gymnasium_same_step"`` or a :class:`~rewardnorm_jax.Semantics`.
-          clip: symmetric bound of the normalized reward; defaults to the
-            semantics' own (10 for ``"sb3"``, none otherwise); ``None``
-            disables it.
-          dtype: float32 or float64 statistics; default float64 under x64.
-          axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
-            to share the statistics across, for a per-environment wrapper.
-          per_env: for a wrapper serving one environment without
-            ``axis_name``: keep statistics of that environment alone (one set
-            per environment under an unnamed ``jax.vmap``); ``shared=False``
-            says the same.
-          **options: further options of :func:`rewardnorm_jax.normalize_reward`
-            (``decay``, ``shared``, ``g_max``), passed through.
-
-        Raises:
-          ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive
-            clip, an unknown semantics, an unsupported dtype or an invalid
-            option.
-        """
-        transform, per_env = _state.normalize_transform(
-            gamma, epsilon, semantics, clip, dtype, axis_name, per_env, options
-        )
-        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
-        self.gamma = float(gamma)
-        self.epsilon = float(epsilon)
 
 
 class TransformReward(RewardTransformWrapper):

@@ -18,14 +18,14 @@ API:
 Only this subpackage imports Jumanji; the top-level package exports none of it.
 """
 
-from rewardnorm_jax._src.extras import requires
-from rewardnorm_jax._src.wrapper_state import (
+from rewardnorm_jax._src.adapter import (
     RewardWrapperState,
     get_transform_state,
     set_transform_state,
     set_update_stats,
     with_stats_from,
 )
+from rewardnorm_jax._src.extras import requires
 
 with requires("jumanji", __name__):
     from rewardnorm_jax.jumanji._wrapper import NormalizeReward, RewardTransformWrapper

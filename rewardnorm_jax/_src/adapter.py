@@ -1,0 +1,453 @@
+"""The one shape of every environment adapter: a wrapper that holds a reward transform.
+
+An adapter (``rewardnorm_jax.gymnax``, ``rewardnorm_jax.brax``,
+``rewardnorm_jax.jumanji``) subclasses its suite's wrapper class and
+:class:`TransformWrapper`, and keeps only what is its suite's own: reading the
+rewards and episode ends of a step, and where the raw reward is stored. Holding
+the transform, placing its statistics, the reward step, ``NormalizeReward``'s
+construction and the state accessors are written here, once. This module
+imports no environment framework.
+
+The transform state and the freeze flag live either in a
+:class:`RewardWrapperState` around the inner state (gymnax, Jumanji), or under
+the keys :data:`TRANSFORM_STATE` and :data:`UPDATE_STATS` of ``state.info``
+(Brax and MuJoCo Playground, whose wrappers share one ``State``). The accessors
+find either, inside any stack of wrappers that nest their inner state in
+``env_state``.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rewardnorm_jax._src.base import RewardTransform
+from rewardnorm_jax._src.normalize import _SEMANTICS_DEFAULT as SEMANTICS_CLIP
+from rewardnorm_jax._src.normalize import normalize_reward
+
+PyTree = Any
+RAW_REWARD = "raw_reward"  # the key under which an adapter keeps the reward before the transform
+TRANSFORM_STATE = "reward_transform_state"  # state.info key (Brax): the transform's state
+UPDATE_STATS = "reward_update_stats"  # state.info key (Brax): bool (), False freezes statistics
+RETURN_FIELD = "ret"  # the tracked discounted return in every core transform state
+
+
+class RewardWrapperState(struct.PyTreeNode):
+    """State of a reward-transform wrapper (gymnax, Jumanji): inner and transform state."""
+
+    env_state: PyTree  # the wrapped environment's state
+    transform_state: PyTree  # the reward transform's state (statistics, tracked returns)
+    update_stats: jax.Array  # bool (), False freezes the statistics on every step
+
+
+class TransformWrapper:
+    """What every adapter's ``RewardTransformWrapper`` shares, whatever its suite.
+
+    Subclasses list their suite's wrapper class after this one, whose
+    ``__init__(env)`` it calls.
+    """
+
+    def __init__(
+        self, env: Any, transform: RewardTransform, *, axis_name: Any = None, per_env: bool = False
+    ):
+        """Wraps ``env``.
+
+        Args:
+          env: the wrapped environment (single or batched).
+          transform: the reward transform applied to every reward.
+          axis_name: for a wrapper serving one environment under
+            ``jax.vmap(..., axis_name=...)``: the axis name the transform was
+            built with, across which it shares its statistics.
+          per_env: for a wrapper serving one environment: keep statistics of
+            that environment alone (one set per environment under an unnamed
+            ``jax.vmap``).
+
+        Raises:
+          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
+          TypeError: if ``per_env`` is not a bool.
+        """
+        super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper, next in the MRO
+        self._transform = check_transform(transform)
+        self._axis_name = axis_name
+        self._per_env = check_bool("per_env", per_env)
+
+    @property
+    def transform(self) -> RewardTransform:
+        """The reward transform applied to every reward."""
+        return self._transform
+
+    def init_transform_state(self, batch_shape: tuple[int, ...]) -> PyTree:
+        """The transform's initial state for rewards of shape ``batch_shape``.
+
+        Raises:
+          ValueError: as :func:`check_placement`.
+        """
+        transform_state = self._transform.init(batch_shape)
+        check_placement(
+            type(self).__name__, batch_shape, transform_state, self._axis_name, self._per_env
+        )
+        return transform_state
+
+    def reset_reward(self, transform_state: PyTree, reward: jax.Array) -> jax.Array:
+        """A reset's reward in the dtype of transformed rewards, so resets and steps agree.
+
+        A normalized reward is a float even for integer raw rewards; a reset
+        that returned the raw dtype would change the type of a ``lax.scan``
+        carry after the first step.
+        """
+        out = jax.eval_shape(self._transform.normalize, transform_state, reward)
+        return jnp.asarray(reward, out.dtype)
+
+    def transform_reward(
+        self,
+        transform_state: PyTree,
+        reward: jax.Array,
+        terminated: jax.Array,
+        truncated: jax.Array,
+        update_stats: jax.typing.ArrayLike,
+    ) -> tuple[jax.Array, PyTree]:
+        """``(reward, transform_state)``: the transform's step for one environment step.
+
+        Episode ends of one environment spread to all its rewards (per-agent
+        rewards share their step's end), as :func:`align_flag` says.
+        """
+        return self._transform.step(
+            transform_state,
+            reward,
+            align_flag("terminated", terminated, reward),
+            align_flag("truncated", truncated, reward),
+            update_stats,
+        )
+
+
+class NormalizeRewardWrapper(TransformWrapper):
+    """Every adapter's ``NormalizeReward``: :func:`~rewardnorm_jax.normalize_reward`, wrapped."""
+
+    def __init__(
+        self,
+        env: Any,
+        gamma: float = 0.99,
+        epsilon: float = 1e-8,
+        *,
+        semantics: Any = "gymnasium",
+        clip: Any = SEMANTICS_CLIP,
+        dtype: Any = None,
+        axis_name: Any = None,
+        per_env: bool = False,
+        **options: Any,
+    ):
+        """Wraps ``env``; the arguments are :func:`~rewardnorm_jax.normalize_reward`'s.
+
+        Args:
+          env: the wrapped environment (single or batched).
+          gamma: discount factor in [0, 1].
+          epsilon: added to the variance, > 0.
+          semantics: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"``,
+            ``"gymnasium_same_step"`` or a :class:`~rewardnorm_jax.Semantics`.
+          clip: symmetric bound of the normalized reward; defaults to the
+            semantics' own (10 for ``"sb3"``, none otherwise); ``None`` disables it.
+          dtype: float32 or float64 statistics; default float64 under x64.
+          axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
+            to share the statistics across, for a per-environment wrapper.
+          per_env: for a wrapper serving one environment without ``axis_name``:
+            keep statistics of that environment alone (one set per environment
+            under an unnamed ``jax.vmap``); ``shared=False`` says the same.
+          **options: further options of :func:`~rewardnorm_jax.normalize_reward`
+            (``decay``, ``shared``, ``g_max``, ``finite_rewards``), passed through.
+
+        Raises:
+          ValueError: for an invalid hyperparameter (see
+            :func:`~rewardnorm_jax.normalize_reward`).
+        """
+        transform = normalize_reward(
+            gamma,
+            epsilon,
+            semantics=semantics,
+            clip=clip,
+            dtype=dtype,
+            axis_name=axis_name,
+            **options,
+        )
+        per_env = check_bool("per_env", per_env) or not transform.config["shared"]
+        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
+        self.gamma = float(gamma)
+        self.epsilon = float(epsilon)
+
+
+def check_transform(transform: Any) -> RewardTransform:
+    """``transform`` itself, after checking it is a :class:`~rewardnorm_jax.RewardTransform`.
+
+    Raises:
+      ValueError: if it is not.
+    """
+    if not isinstance(transform, RewardTransform):
+        raise ValueError(
+            f"transform should be a rewardnorm_jax.RewardTransform (e.g. "
+            f"rn.normalize_reward()), got {transform!r} of type "
+            f"{type(transform).__name__}."
+        )
+    return transform
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """A static boolean option as a bool; a truthy string or number is refused.
+
+    Raises:
+      TypeError: naming the option and its value.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} should be a bool, got {name}={value!r}.")
+    return bool(value)
+
+
+def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.Array:
+    """``flag`` spread over the trailing axes of ``reward`` it lacks.
+
+    An episode end of shape ``(N,)`` is the end of every reward of its
+    environment, so with rewards of shape ``(N, A)`` (one per agent) it is
+    read as ``(N, 1)`` and broadcast to ``(N, A)``. A flag must be a scalar
+    or lead the reward's shape.
+
+    Raises:
+      ValueError: naming the flag, its shape and the reward's, for a flag whose
+        shape does not lead the reward's (it would broadcast across environments).
+    """
+    shape, reward_shape = jnp.shape(flag), jnp.shape(reward)
+    if shape != reward_shape[: len(shape)]:
+        raise ValueError(
+            f"{name} has shape {shape}, which does not lead the reward's shape "
+            f"{reward_shape}: an episode end must be one per environment (the reward's "
+            "leading axes) or one per reward."
+        )
+    flag = jnp.reshape(flag, shape + (1,) * (len(reward_shape) - len(shape)))
+    return jnp.broadcast_to(flag, reward_shape)
+
+
+def check_placement(
+    wrapper: str, batch_shape: tuple[int, ...], transform_state: PyTree, axis_name, per_env: bool
+) -> None:
+    """Refuses, at trace time, statistics silently split one set per environment.
+
+    A wrapper that resets one environment (``batch_shape == ()``) and learns
+    statistics sees that environment's rewards alone. Under an unnamed
+    ``jax.vmap`` (PureJaxRL's or gymnax's ``VecEnv``, Brax's ``VmapWrapper``,
+    Jumanji's ``VmapAutoResetWrapper``) each environment then keeps its own
+    statistics, and nothing in the numbers shows it. So a wrapper that serves
+    one environment must say where its statistics live: shared across a named
+    axis (``axis_name``) or, explicitly, per environment (``per_env=True``).
+
+    Raises:
+      ValueError: for a one-environment wrapper with statistics and neither
+        ``axis_name`` nor ``per_env=True``.
+    """
+    if batch_shape != () or axis_name is not None or per_env:
+        return
+    if not has_statistics(transform_state):
+        return
+    raise ValueError(
+        f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
+        "axis_name, so it would keep statistics of that environment alone; under a "
+        "jax.vmap (a VecEnv, VmapWrapper or VmapAutoResetWrapper) every environment would "
+        "silently get its own. Choose one: wrap the batched environment instead "
+        f"({wrapper}(VecEnv(env)) and the like: one set shared by the batch); pass "
+        "axis_name='envs' and vmap with the same axis name (one set merged across the "
+        "axis); or pass per_env=True (one set per environment, or a single environment)."
+    )
+
+
+def _is_return(path) -> bool:
+    last = path[-1] if path else None
+    return isinstance(last, jax.tree_util.GetAttrKey) and last.name == RETURN_FIELD
+
+
+def has_statistics(transform_state: PyTree) -> bool:
+    """Whether a transform state learns statistics: any leaf outside its tracked returns."""
+    leaves = jax.tree_util.tree_leaves_with_path(transform_state)
+    return any(not _is_return(path) for path, _ in leaves)
+
+
+def _read(state: PyTree) -> tuple[PyTree, jax.Array]:
+    """``(transform_state, update_stats)`` of the outermost adapter in a wrapper stack."""
+    if isinstance(state, RewardWrapperState):
+        return state.transform_state, state.update_stats
+    info = getattr(state, "info", None)
+    if isinstance(info, Mapping) and TRANSFORM_STATE in info:
+        return info[TRANSFORM_STATE], info[UPDATE_STATS]
+    if hasattr(state, "env_state"):
+        return _read(state.env_state)
+    raise ValueError(
+        f"no reward transform state found in a state of type {type(state).__name__} (a "
+        f"RewardWrapperState, or state.info[{TRANSFORM_STATE!r}]); pass the state returned "
+        "by a rewardnorm_jax adapter's wrapper, or by a wrapper stack containing one."
+    )
+
+
+def _write(state: PyTree, transform_state: PyTree, update_stats: jax.Array) -> PyTree:
+    """``state`` with the outermost adapter's transform state and flag replaced."""
+    if isinstance(state, RewardWrapperState):
+        return state.replace(transform_state=transform_state, update_stats=update_stats)
+    info = getattr(state, "info", None)
+    if isinstance(info, Mapping) and TRANSFORM_STATE in info:
+        info = {**info, TRANSFORM_STATE: transform_state, UPDATE_STATS: update_stats}
+        return state.replace(info=info)
+    return state.replace(env_state=_write(state.env_state, transform_state, update_stats))
+
+
+def get_transform_state(state: PyTree) -> PyTree:
+    """The reward transform's state (e.g. to checkpoint the statistics).
+
+    Args:
+      state: the state of an adapter's wrapper, or of any wrapper stack around
+        one (the outermost one is read).
+
+    Returns:
+      The transform state: for ``NormalizeReward`` a
+      :class:`~rewardnorm_jax.NormalizeRewardState` with ``stats`` and ``ret``.
+
+    Raises:
+      ValueError: if the state holds no transform state.
+    """
+    return _read(state)[0]
+
+
+def set_transform_state(state: PyTree, transform_state: PyTree) -> PyTree:
+    """``state`` with the reward transform's state replaced (e.g. from a checkpoint).
+
+    The replacement is used exactly as given (statistics and tracked returns);
+    it must have the structure, shapes and dtypes of the state it replaces so
+    the result still fits ``lax.scan``. :func:`with_stats_from` keeps the
+    tracked returns instead.
+
+    Raises:
+      ValueError: if the state holds no transform state, or the replacement
+        differs in structure, shape or dtype.
+    """
+    current, update_stats = _read(state)
+    check_same_layout(current, transform_state, "transform_state")
+    return _write(state, transform_state, update_stats)
+
+
+def with_stats_from(state: PyTree, stats_from: PyTree) -> PyTree:
+    """``state`` with the statistics of ``stats_from``, its own tracked returns kept.
+
+    For an evaluation (or a resumed run) after a fresh reset: the statistics
+    (running moments, percentiles, running max of ``|G|``) come from
+    ``stats_from``, the tracked returns (fields ``ret``) stay those of
+    ``state``, so ``stats_from`` may come from a batch of another size.
+
+    Raises:
+      ValueError: if the state holds no transform state, or ``stats_from``
+        differs from it in structure, or in shape or dtype outside ``ret``.
+    """
+    current, update_stats = _read(state)
+    return _write(state, keep_stats(current, stats_from), update_stats)
+
+
+def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTree:
+    """``state`` with the statistics frozen (``False``) or learning (``True``).
+
+    The flag lives in the state, so it reaches the adapter's wrapper under
+    other wrappers (``LogWrapper``, a ``VecEnv``, Brax's trainers) whose
+    ``step`` does not take it. It is a scalar boolean, possibly traced; a
+    state batched by an outer ``jax.vmap`` also takes one flag per
+    environment (the flag's batched shape), and with statistics shared
+    through an ``axis_name`` an environment whose flag is false only withholds
+    its own returns from the shared merge.
+
+    Raises:
+      ValueError: if the state holds no transform state, or ``update_stats``
+        is not a boolean of shape ``()`` or of the state's flag.
+    """
+    transform_state, current = _read(state)
+    shape = jnp.shape(current)
+    flag = check_flag("update_stats", update_stats, shapes=((), shape))
+    return _write(state, transform_state, jnp.broadcast_to(flag, shape))
+
+
+def check_flag(
+    name: str, value: jax.typing.ArrayLike, shapes: tuple[tuple[int, ...], ...] = ((),)
+) -> jax.Array:
+    """A boolean flag as a bool array, after checking its type and shape.
+
+    Booleans and numbers (an environment's ``done`` may be a float) are read as
+    ``value != 0``; strings and other objects are refused, since
+    ``"False"`` would read as true.
+
+    Raises:
+      ValueError: naming the flag, its value or shape, and what is valid.
+    """
+    dtype = jnp.result_type(value) if _is_numeric(value) else None
+    if dtype is None or jnp.issubdtype(dtype, jnp.complexfloating):
+        raise ValueError(
+            f"{name} should be a boolean (Python, NumPy or JAX), got {name}={value!r}."
+        )
+    if jnp.shape(value) not in shapes:
+        valid = " or ".join(str(shape) for shape in dict.fromkeys(shapes))
+        raise ValueError(f"{name} should have shape {valid}, got shape {jnp.shape(value)}.")
+    return jnp.asarray(value, bool)
+
+
+def _is_numeric(value: Any) -> bool:
+    if isinstance(value, (bool, int, float, complex, np.generic, np.ndarray, jax.Array)):
+        return np.dtype(getattr(value, "dtype", type(value))).kind in "biufc"
+    return False
+
+
+def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
+    """Raises a ValueError unless two pytrees agree in structure, shapes and dtypes."""
+    expected_def, given_def = jax.tree.structure(expected), jax.tree.structure(given)
+    # jax annotates tree structures with a PyTreeDef alias that mypy cannot resolve.
+    if expected_def != given_def:  # type: ignore[operator, unused-ignore]
+        raise ValueError(
+            f"{name} has structure {given_def}, expected {expected_def} (the "
+            "structure of this wrapper's transform state)."
+        )
+    for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(given), strict=True):
+        if jnp.shape(want) != jnp.shape(got) or jnp.result_type(want) != jnp.result_type(got):
+            raise ValueError(
+                f"{name} has a leaf of shape {jnp.shape(got)} and dtype "
+                f"{jnp.result_type(got)}, expected shape {jnp.shape(want)} and dtype "
+                f"{jnp.result_type(want)}."
+            )
+
+
+def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
+    """``stats_from`` with its tracked returns taken from ``fresh``.
+
+    Every field named ``ret`` (the tracked discounted return of
+    :class:`~rewardnorm_jax.NormalizeRewardState` and of the percentile
+    scaler's state) comes from ``fresh``, a newly initialised transform state,
+    so the returns restart at zero and may have another batch size. Everything
+    else (running statistics, percentiles, the running max of ``|G|``) comes
+    from ``stats_from`` and must match ``fresh`` in shape and dtype.
+
+    Raises:
+      ValueError: if the two differ in structure, or a kept leaf differs in
+        shape or dtype.
+    """
+    fresh_def, given_def = jax.tree.structure(fresh), jax.tree.structure(stats_from)
+    # jax annotates tree structures with a PyTreeDef alias that mypy cannot resolve.
+    if fresh_def != given_def:  # type: ignore[operator, unused-ignore]
+        raise ValueError(
+            f"stats_from has structure {given_def}, expected {fresh_def} (a "
+            "transform state of this wrapper, e.g. get_transform_state(state))."
+        )
+
+    def pick(path, fresh_leaf, given_leaf):
+        if _is_return(path):
+            return fresh_leaf
+        if jnp.shape(fresh_leaf) != jnp.shape(given_leaf) or (
+            jnp.result_type(fresh_leaf) != jnp.result_type(given_leaf)
+        ):
+            raise ValueError(
+                f"stats_from{jax.tree_util.keystr(path)} has shape {jnp.shape(given_leaf)} "
+                f"and dtype {jnp.result_type(given_leaf)}, expected shape "
+                f"{jnp.shape(fresh_leaf)} and dtype {jnp.result_type(fresh_leaf)} "
+                "(only the tracked returns may change batch size)."
+            )
+        return given_leaf
+
+    return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)
