@@ -6,7 +6,9 @@ scaling and arbitrary transforms as pure ``init`` / ``update`` / ``normalize`` /
 ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
 The public API is what this module exports; ``rewardnorm_jax._src`` is not API.
-Adapters: ``rewardnorm_jax.gymnax`` and ``rewardnorm_jax.gymnasium``.
+Adapters, each an extra that alone imports its framework:
+``rewardnorm_jax.gymnax`` (and Craftax), ``rewardnorm_jax.gymnasium``,
+``rewardnorm_jax.brax`` (and MuJoCo Playground) and ``rewardnorm_jax.jumanji``.
 """
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform

@@ -1,6 +1,6 @@
 """Optional dependencies: a subpackage whose framework is missing names the extra to install.
 
-The core needs only jax, flax, chex and numpy. Each adapter subpackage imports
+The core needs only jax, flax and numpy. Each adapter subpackage imports
 its framework inside :func:`requires`, so that importing it without the
 framework raises a :class:`MissingExtraError` with the command that fixes it.
 """
