@@ -39,10 +39,9 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
     Place it outermost, around the batched, episode-limited, auto-resetting
     environment (``wrap_env_fn=``:func:`wrap_env_fn`), so one set of
     statistics serves the batch and ``info["truncation"]`` is there. Reset
-    for one environment (``state.reward`` of shape ``()``), a wrapper whose
-    transform learns statistics needs ``axis_name`` or ``per_env=True``: under
-    Brax's ``VmapWrapper`` (an unnamed ``jax.vmap``) each environment would
-    otherwise silently keep its own.
+    for one environment (``state.reward`` of shape ``()``) under Brax's
+    ``VmapWrapper``, it needs ``axis_name`` or ``per_env=True`` (see
+    :doc:`/suites/index`, "One set of statistics or one per environment").
 
     Example:
       >>> from brax import envs

@@ -37,9 +37,8 @@ Shared statistics over a batch of N environments, two ways:
   your own ``jax.vmap(..., axis_name="envs")``): one wrapper per environment,
   statistics merged across the named axis; every copy holds the same values.
 
-A wrapper reset with one environment's key and neither ``axis_name`` nor
-``per_env=True`` raises a ValueError at trace time: under an unnamed vmap
-each environment would silently keep its own statistics.
+A wrapper reset with one environment's key needs ``axis_name`` or
+``per_env=True``.
 
 Only this subpackage imports gymnax; the top-level package exports none of it.
 """

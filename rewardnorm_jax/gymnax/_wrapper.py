@@ -92,12 +92,9 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
       every environment copy holds the same statistics, merged across the
       mapped axis at each step.
 
-    A wrapper reset with one environment's key whose transform learns
-    statistics raises a ValueError at trace time unless it has an
-    ``axis_name`` or ``per_env=True``: under an unnamed ``jax.vmap`` (a
-    ``VecEnv`` without axis name, PureJaxRL's ``VecEnv``) each environment
-    would otherwise silently keep its own statistics. ``per_env=True`` asks for
-    exactly that (one set per environment), or serves a single environment.
+    A wrapper reset with one environment's key needs ``axis_name`` or
+    ``per_env=True`` (one set per environment, or a single environment); see
+    :doc:`/suites/index`, "One set of statistics or one per environment".
 
     Statistics outlive evaluation: ``reset(key, params, stats_from=ts)`` starts
     new episodes from the transform state ``ts``, keeping its statistics while

@@ -35,10 +35,9 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
     VmapAutoResetWrapper(env))``: one set of statistics for the batch, kept
     across episodes. Inside ``AutoResetWrapper`` it would be reset with every
     episode; its state has no ``key``, so ``AutoResetWrapper`` refuses it.
-    Reset for one environment (reward of shape ``()``), a wrapper whose
-    transform learns statistics needs ``axis_name`` or ``per_env=True``:
-    under Jumanji's ``VmapWrapper`` (an unnamed ``jax.vmap``) each environment
-    would otherwise silently keep its own.
+    Reset for one environment (reward of shape ``()``) under Jumanji's
+    ``VmapWrapper``, it needs ``axis_name`` or ``per_env=True`` (see
+    :doc:`/suites/index`, "One set of statistics or one per environment").
 
     Example:
       >>> import jumanji
