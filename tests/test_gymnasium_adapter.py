@@ -583,3 +583,145 @@ def test_to_float32_refuses_statistics_beyond_its_range():
 def test_clip_reward_refuses_nan_bounds(low, high):
     with pytest.raises(InvalidBound, match="should not be NaN"):
         ClipReward(ScriptedEnv([]), low, high)
+
+
+# --- Hostile inputs: refused with a ValueError naming the value, never a silent wrong number ---
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [
+        (np.complex128(1 + 2j), "reward should hold real numbers .* dtype complex128"),
+        (1 + 2j, "reward should hold real numbers .* dtype complex128"),
+        ("1.0", "reward should hold real numbers .* dtype <U3"),
+        (None, "reward should hold real numbers .* dtype object"),
+        (np.array([1.0, 2.0]), r"reward of shape \(2,\); .*multi-objective"),
+        (np.array([1.0]), r"reward of shape \(1,\); .*multi-objective"),
+    ],
+)
+def test_rewards_that_are_not_one_real_number_are_refused(reward, message):
+    env = NormalizeReward(ScriptedEnv([(reward, False, False)]))
+    env.reset()
+    with pytest.raises(ValueError, match=message):
+        env.step(0)
+    assert env.return_rms.samples == 0
+
+
+@pytest.mark.parametrize(
+    ("terminated", "truncated", "message"),
+    [
+        ("False", False, "terminated should hold real numbers .* got terminated='False'"),
+        (False, "False", "truncated should hold real numbers .* got truncated='False'"),
+        ([False], False, r"terminated of shape \(1,\)"),
+        (None, False, "terminated should hold real numbers"),
+    ],
+)
+def test_flags_that_are_not_booleans_are_refused(terminated, truncated, message):
+    env = NormalizeReward(ScriptedEnv([(1.0, False, False), (1.0, terminated, truncated)]))
+    env.reset()
+    env.step(0)
+    with pytest.raises(ValueError, match=message):
+        env.step(0)  # "False" is truthy: it would have reset the return
+    assert env.discounted_reward[0] == 1.0
+
+
+def test_numpy_scalars_0d_arrays_integers_and_bools_compute_as_python_floats():
+    rewards, flags = [1.0, 2.0, 0.0, -3.0, 1.0, 5.0], [False, False, True, False, False, True]
+    converters: dict[str, tuple[Any, Any]] = {
+        "python": (float, bool),
+        "numpy scalars": (np.float64, np.bool_),
+        "float32": (np.float32, np.bool_),
+        "0-d arrays": (np.array, np.array),
+        "integers": (np.int64, int),  # flags true where nonzero, as Gymnasium's 1 - terminated
+        "bools and floats": (lambda r: r if r not in (0.0, 1.0) else bool(r), float),
+    }
+    outputs = {}
+    for kind, (to_reward, to_flag) in converters.items():
+        script = [
+            (to_reward(r), to_flag(t), to_flag(False)) for r, t in zip(rewards, flags, strict=True)
+        ]
+        env = NormalizeReward(ScriptedEnv(script))
+        env.reset()
+        outputs[kind] = [env.step(0)[1] for _ in script]
+        outputs[kind].append(env.return_rms.get_state())
+        assert all(type(r) is np.float64 for r in outputs[kind][:-1])
+    for kind in converters:
+        assert outputs[kind] == outputs["python"], kind
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (1 + 1j, "discounted_reward should be a number or an array of shape"),
+        ("2.0", "discounted_reward should be a number or an array of shape"),
+        (np.array([1.0, math.nan]), r"discounted_reward should be .* shape \(1,\)"),
+    ],
+)
+def test_assigned_returns_must_be_real_numbers(value, message):
+    env = NormalizeReward(ScriptedEnv([]))
+    with pytest.raises(ValueError, match=message):
+        env.discounted_reward = value
+    assert env.discounted_reward.tolist() == [0.0]
+
+
+def test_statistics_refuse_values_that_are_not_real_numbers():
+    rms = RunningMeanStd()
+    for batch in (np.array([1 + 1j, 2.0]), np.array(["1", "2"])):
+        with pytest.raises(
+            ValueError, match=r"x should be a 1-D array of real values, got .* dtype"
+        ):
+            rms.update(batch)
+    for mean in ("1", 1 + 1j, np.array([1.0, 2.0]), True):
+        with pytest.raises(ValueError, match="batch_mean should be a real number"):
+            rms.update_from_moments(mean, 0.0, 1)
+    with pytest.raises(ValueError, match="batch_var should be a real number"):
+        rms.update_from_moments(1.0, "0", 1)
+    with pytest.raises(ValueError, match="batch_count should be an integer"):
+        rms.update_from_moments(1.0, 0.0, True)
+    assert rms.get_state() == RunningMeanStd().get_state()
+
+
+def test_assigned_and_unpickled_statistics_are_checked():
+    rms = RunningMeanStd()
+    rms.update(np.array([1.0, 3.0]))
+    crafted = rms.stats.replace(moments=np.array([math.nan, 0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match="mean holds nan"):
+        rms.stats = crafted
+    assert rms.samples == 2
+    rms.stats = RunningMeanStd.from_state({"mean": 2.0, "m2": 4.0, "samples": 5}).stats
+    assert (rms.mean, rms.m2, rms.samples) == (2.0, 4.0, 5)
+    for field, value in (("mean", math.nan), ("m2", math.nan), ("mean_low", math.inf)):
+        state = {**rms.get_state(), field: value}
+        crafted_pickle = pickle.dumps(CraftedPickle(state))
+        with pytest.raises(ValueError, match=f"{field} holds"):
+            pickle.loads(crafted_pickle)
+    assert pickle.loads(pickle.dumps(CraftedPickle(rms.get_state()))).samples == 5
+
+
+class CraftedPickle:
+    """Pickles as a RunningMeanStd holding ``state``, whatever its values."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __reduce__(self):
+        return RunningMeanStd.__new__, (RunningMeanStd,), self.state
+
+
+@pytest.mark.parametrize("bound", [0.5 + 1j, "0"])
+def test_clip_bounds_must_be_real_numbers(bound):
+    with pytest.raises(ValueError, match="min_reward should hold real numbers"):
+        ClipReward(ScriptedEnv([]), bound, 2.0)
+
+
+def test_saturated_statistics_convert_to_the_jax_core():
+    """Returns whose square overflows saturate M at +inf: a state the merge produces."""
+    rms = RunningMeanStd()
+    with np.errstate(over="ignore", invalid="ignore"):
+        rms.update(np.array([1e200, -1e200]))
+    assert rms.m2 == math.inf
+    for dtype in (np.float32, np.float64):
+        with jax.enable_x64(dtype == np.float64):
+            stats = rms.to_running_stats(dtype)
+        assert (float(stats.m2), float(stats.m2_low)) == (math.inf, 0.0)
+        assert RunningMeanStd.from_running_stats(stats).m2 == math.inf

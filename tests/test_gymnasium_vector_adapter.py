@@ -454,3 +454,70 @@ def test_assigned_returns_are_checked_and_copied_in():
         envs.accumulated_reward = np.zeros(4)
     with pytest.raises(ValueError, match="batch_var should be >= 0"):
         envs.return_rms.update_from_moments(0.0, -1.0, 3)
+
+
+# --- Hostile inputs: refused with a ValueError naming the value, never a silent wrong number ---
+
+
+@pytest.mark.parametrize(
+    ("rewards", "terminated", "message"),
+    [
+        (np.array([1 + 2j, 1.0, 1.0]), None, "rewards should hold real numbers .* complex128"),
+        (np.array(["1", "2", "3"]), None, "rewards should hold real numbers .* <U1"),
+        (np.array([1.0, None, 2.0], dtype=object), None, "rewards should hold real numbers"),
+        (np.ones(3), np.array(["False", "False", "True"]), "terminated should hold real numbers"),
+        (np.ones(3), ["False", "False", "False"], "terminated should hold real numbers"),
+        (np.ones(3), True, r"terminated of shape \(\); expected \(3,\)"),
+        (np.ones(3), np.zeros(2, bool), r"terminated of shape \(2,\); expected \(3,\)"),
+    ],
+)
+def test_rewards_and_flags_that_are_not_real_numbers_per_environment_are_refused(
+    rewards, terminated, message
+):
+    inner = ScriptedVectorEnv(np.ones((2, 3)))
+    envs = NormalizeReward(inner)
+    envs.reset()
+    envs.step(None)
+    inner.rewards = [np.ones(3), rewards]  # type: ignore[assignment]  # deliberately invalid
+    inner.terminated = [np.zeros(3, bool), np.zeros(3, bool) if terminated is None else terminated]  # type: ignore[assignment]  # deliberately invalid
+    before = (envs.accumulated_reward.copy(), envs.return_rms.get_state())
+    with pytest.raises(ValueError, match=message):
+        envs.step(None)
+    np.testing.assert_array_equal(envs.accumulated_reward, before[0])
+    assert envs.return_rms.get_state() == before[1]
+
+
+def test_integer_and_bool_rewards_and_flags_compute_as_floats_and_bools():
+    rng = np.random.default_rng(9)
+    rewards = rng.integers(-3, 4, size=(20, 4))
+    terminated = rng.random((20, 4)) < 0.2
+    outputs = []
+    for reward_dtype, flag_dtype in (
+        (np.float64, bool),
+        (np.int64, np.int8),
+        (np.int32, np.float32),
+    ):
+        inner = ScriptedVectorEnv(rewards, terminated)
+        inner.rewards, inner.terminated = (
+            rewards.astype(reward_dtype),
+            terminated.astype(flag_dtype),
+        )
+        envs = NormalizeReward(inner)
+        envs.reset()
+        outputs.append([envs.step(None)[1] for _ in range(20)])
+    np.testing.assert_array_equal(outputs[1], outputs[0])
+    np.testing.assert_array_equal(outputs[2], outputs[0])
+    streams = []
+    for kind in (bool, float):
+        inner = ScriptedVectorEnv(np.zeros((3, 2)))
+        inner.rewards = np.array([[True, False], [False, True], [True, True]]).astype(kind)
+        envs = NormalizeReward(inner)
+        envs.reset()
+        streams.append([envs.step(None)[1] for _ in range(3)])
+    np.testing.assert_array_equal(streams[0], streams[1])
+
+
+def test_normalize_helper_refuses_complex_rewards():
+    envs = NormalizeReward(ScriptedVectorEnv(np.ones((1, 3))))
+    with pytest.raises(ValueError, match=r"reward should hold real numbers .* complex128"):
+        envs.normalize(np.array([1 + 1j, 1.0, 1.0]))
