@@ -81,7 +81,6 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
 
     def __init__(self, env: gym.Env, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
         Normalizer.__init__(self, gamma, epsilon)
-        gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
         gym.Wrapper.__init__(self, env)
         self._discounted_reward = np.zeros(1)
 
@@ -129,15 +128,6 @@ class TransformReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):
 
     Same as :class:`gymnasium.wrappers.TransformReward`; a non-callable ``func`` raises
     ``ValueError``. Vector version: :class:`rewardnorm_jax.gymnasium.vector.TransformReward`.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> from rewardnorm_jax.gymnasium import TransformReward
-        >>> env = TransformReward(gym.make("CartPole-v1"), lambda r: 2 * r + 1)
-        >>> _ = env.reset()
-        >>> _, rew, _, _, _ = env.step(0)
-        >>> rew
-        3.0
     """
 
     def __init__(self, env: gym.Env, func: Callable[[SupportsFloat], SupportsFloat]):
@@ -157,15 +147,6 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
     array, may be ``None``): ``InvalidBound`` if both are ``None``, either is NaN or
     ``min_reward > max_reward``. Vector version:
     :class:`rewardnorm_jax.gymnasium.vector.ClipReward`.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> from rewardnorm_jax.gymnasium import ClipReward
-        >>> env = ClipReward(gym.make("CartPole-v1"), 0, 0.5)
-        >>> _ = env.reset()
-        >>> _, rew, _, _, _ = env.step(1)
-        >>> rew
-        np.float64(0.5)
     """
 
     def __init__(self, env: gym.Env, min_reward=None, max_reward=None):

@@ -1,17 +1,14 @@
-"""What the single-env and vector Gymnasium wrappers share: input checks and ``save`` / ``load``.
-
-Out-of-range hyperparameters raise :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's
-messages (1.3.0 accepted them silently); values of the wrong kind, from the user or from the
-environment, raise ValueError naming the value at fault.
-"""
+"""What the single-env and vector Gymnasium wrappers share: input checks and ``save`` / ``load``."""
 
 import functools
 import math
 import os
+import pathlib
 from typing import Any
 
 import numpy as np
 from gymnasium.error import InvalidBound
+from gymnasium.utils import RecordConstructorArgs
 
 from rewardnorm_jax._src import checkpoint
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd, real
@@ -111,10 +108,11 @@ def check_callable(func):
 class Normalizer:
     """``gamma``, ``epsilon``, ``update_running_mean`` and ``save`` / ``load`` of a normalizer.
 
-    Each hyperparameter is checked whenever it is set; ``gamma`` and ``epsilon`` are stored as
-    Python floats, so a NumPy scalar (``np.float32(0.99)``) computes exactly as the Python float
-    of the same value. Subclasses name their per-environment arrays in ``_checkpointed``: pairs
-    of (key in the file, attribute holding the array).
+    Out-of-range hyperparameters raise :class:`gymnasium.error.InvalidBound` with Gymnasium
+    1.4.0's messages (1.3.0 accepted them silently), other values ValueError, whenever they are
+    set. ``gamma`` and ``epsilon`` are stored as Python floats: a NumPy scalar computes exactly as
+    the Python float of the same value. Subclasses name their per-environment arrays in
+    ``_checkpointed``: pairs of (key in the file, attribute holding the array).
     """
 
     _checkpointed: tuple[tuple[str, str], ...] = ()
@@ -124,11 +122,12 @@ class Normalizer:
     _update_running_mean: bool
 
     def __init__(self, gamma, epsilon):
-        """Checks and stores the hyperparameters; the statistics start from the prior."""
+        """Checks, stores and records the hyperparameters; the statistics start from the prior."""
         self.gamma = gamma
         self.epsilon = epsilon
         self._update_running_mean = True
         self.return_rms = RunningMeanStd()
+        RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)  # type: ignore[arg-type]  # a wrapper
 
     @property
     def update_running_mean(self) -> bool:
@@ -200,31 +199,15 @@ class Normalizer:
         if isinstance(self.return_rms, RunningMeanStd):
             self.return_rms.set_state(loaded.get_state())
         else:  # a Gymnasium RunningMeanStd assigned by the user: its own attributes
-            self.return_rms.mean, self.return_rms.var = loaded.mean, loaded.var
-            self.return_rms.count = loaded.count
+            rms = self.return_rms
+            rms.mean, rms.var, rms.count = loaded.mean, loaded.var, loaded.count
         for attr, value in arrays.items():
             getattr(self, attr)[...] = value  # in place: references to the arrays stay live
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the statistics and tracked returns to ``path`` (msgpack with a checksum).
-
-        Example:
-            >>> import os, tempfile
-            >>> import gymnasium as gym
-            >>> from rewardnorm_jax.gymnasium import NormalizeReward
-            >>> env = NormalizeReward(gym.make("CartPole-v1"))
-            >>> _ = env.reset(seed=0)
-            >>> _ = env.step(0)
-            >>> path = os.path.join(tempfile.mkdtemp(), "return_stats.msgpack")
-            >>> env.save(path)
-            >>> restored = NormalizeReward(gym.make("CartPole-v1"))
-            >>> restored.load(path)
-            >>> restored.return_rms.get_state() == env.return_rms.get_state()
-            True
-        """
+        """Writes the statistics and tracked returns to ``path`` (msgpack with a checksum)."""
         data = checkpoint.save_state(self.state_dict(), self._checkpoint_metadata())
-        with open(path, "wb") as file:
-            file.write(data)
+        pathlib.Path(path).write_bytes(data)
 
     def load(self, path: str | os.PathLike) -> None:
         """Restores statistics and tracked returns saved by :meth:`save`.
@@ -234,10 +217,8 @@ class Normalizer:
                 wrapper class, ``gamma``, ``epsilon`` or number of environments (the message
                 names each difference), or holds values no run produces.
         """
-        with open(path, "rb") as file:
-            data = file.read()
-        template = self.state_dict()
-        self.load_state_dict(checkpoint.load_state(template, data, self._checkpoint_metadata()))
+        data, metadata = pathlib.Path(path).read_bytes(), self._checkpoint_metadata()
+        self.load_state_dict(checkpoint.load_state(self.state_dict(), data, metadata))
 
     def _checkpoint_metadata(self) -> dict[str, Any]:
         cls = type(self)

@@ -47,19 +47,10 @@ class RunningMeanStd:
     as :math:`n' = n + n_b`, :math:`\mu' = \mu + \delta n_b / n'`,
     :math:`M' = M + \sigma_b^2 n_b + \delta^2 n n_b / n'` (:math:`\delta = \mu_b - \mu`,
     :math:`\sigma'^2 = M' / n'`), by the JAX core's code (compensated sums, an exact integer
-    count) in float64. Values no merge produces (a non-finite mean, a negative or NaN :math:`M`,
-    a count outside [0, 2^64 - 1]) raise ValueError wherever they could enter: assignments,
-    :meth:`set_state`, unpickling, conversions.
-
-    Attributes:
-      mean: running mean (``numpy.float64``); assignable, as in Gymnasium.
-      var: running population variance ``M / count`` (``numpy.float64``); assignable.
-      count: samples seen plus the prior weight ``1e-4`` (float); assignable with a value of
-        that form (the variance is kept).
-      m2: sum of squared deviations :math:`M`, prior included (float).
-      samples: exact number of samples seen (int).
-      stats: the core's :class:`~rewardnorm_jax.RunningStats` of host arrays (a copy);
-        assignable.
+    count) in float64. ``mean``, ``var``, ``count`` and ``stats`` are assignable; values no merge
+    produces (a non-finite mean, a negative or NaN :math:`M`, a count outside [0, 2^64 - 1])
+    raise ValueError wherever they could enter: assignments, :meth:`set_state`, unpickling,
+    conversions.
 
     Example:
       >>> rms = RunningMeanStd()
@@ -81,7 +72,10 @@ class RunningMeanStd:
 
     @property
     def count(self) -> float:
-        """Samples seen plus the prior weight ``1e-4``, as Gymnasium's ``count``."""
+        """Samples seen plus the prior weight ``1e-4``, as Gymnasium's ``count`` (float).
+
+        Assignable with a value of that form; the variance is kept.
+        """
         return self._samples + PRIOR_COUNT
 
     @count.setter
@@ -100,7 +94,7 @@ class RunningMeanStd:
 
     @property
     def mean(self) -> np.float64:
-        """Running mean, as Gymnasium's ``mean``."""
+        """Running mean, as Gymnasium's ``mean`` (``numpy.float64``)."""
         return np.float64(self._moments[0] + self._moments[1])
 
     @mean.setter
@@ -114,7 +108,7 @@ class RunningMeanStd:
 
     @property
     def var(self) -> np.float64:
-        """Population variance ``M / count``, as Gymnasium's ``var``."""
+        """Population variance ``M / count``, as Gymnasium's ``var`` (``numpy.float64``)."""
         return np.float64(self.m2 / self.count)
 
     @var.setter
@@ -126,12 +120,23 @@ class RunningMeanStd:
 
     @property
     def stats(self) -> rs.RunningStats:
-        """The statistics as the core's :class:`~rewardnorm_jax.RunningStats` (host arrays)."""
+        """The core's :class:`~rewardnorm_jax.RunningStats` of host arrays (a copy); assignable."""
         return _host_stats(self._moments, self._samples)
 
     @stats.setter
     def stats(self, stats: rs.RunningStats) -> None:
-        self.set_state(RunningMeanStd.from_running_stats(stats).get_state())
+        if getattr(stats, "decay", None) is not None:
+            raise ValueError(
+                f"exponential moving statistics (decay={stats.decay}) have no sample "
+                "count to convert; RunningMeanStd holds equally weighted statistics."
+            )
+        if np.shape(stats.mean) != ():
+            raise ValueError(
+                "only statistics of shape () (one set shared by all environments) "
+                f"convert to RunningMeanStd, got shape {np.shape(stats.mean)}."
+            )
+        mean, mean_low, m2, m2_low = (float(np.asarray(getattr(stats, k))) for k in _FIELDS)
+        self._set(mean, mean_low, m2, m2_low, int(rs.count_as_int(stats)))
 
     def _set(self, mean: float, mean_low: float, m2: float, m2_low: float, samples: int) -> None:
         moments = (mean, mean_low, m2, m2_low)
@@ -157,12 +162,9 @@ class RunningMeanStd:
         """
         if type(batch_count) is not int or batch_count < 0:
             batch_count = _count("batch_count", batch_count)
-        if type(batch_mean) is not float:
-            batch_mean = np.float64(
-                batch_mean
-                if isinstance(batch_mean, np.floating)
-                else real("batch_mean", batch_mean)
-            )
+        if type(batch_mean) is not float:  # a float64 mean difference, as Gymnasium's
+            floating = isinstance(batch_mean, np.floating)
+            batch_mean = np.float64(batch_mean if floating else real("batch_mean", batch_mean))
         if type(batch_var) is not float and not isinstance(batch_var, np.floating):
             batch_var = real("batch_var", batch_var)
         if batch_var < 0:  # NaN passes: moments of overflowed returns saturate M
@@ -240,22 +242,11 @@ class RunningMeanStd:
     def from_running_stats(cls, stats: rs.RunningStats) -> "RunningMeanStd":
         """Host statistics from the core's :class:`~rewardnorm_jax.RunningStats` of shape ``()``.
 
-        Exact. Raises ValueError for exponential moving statistics, another shape, or values no
-        merge produces.
+        Exact (as assigning ``stats``). Raises ValueError for exponential moving statistics,
+        another shape, or values no merge produces.
         """
-        if getattr(stats, "decay", None) is not None:
-            raise ValueError(
-                f"exponential moving statistics (decay={stats.decay}) have no sample "
-                "count to convert; RunningMeanStd holds equally weighted statistics."
-            )
-        if np.shape(stats.mean) != ():
-            raise ValueError(
-                "only statistics of shape () (one set shared by all environments) "
-                f"convert to RunningMeanStd, got shape {np.shape(stats.mean)}."
-            )
-        mean, mean_low, m2, m2_low = (float(np.asarray(getattr(stats, k))) for k in _FIELDS)
         rms = cls()
-        rms._set(mean, mean_low, m2, m2_low, int(rs.count_as_int(stats)))
+        rms.stats = stats
         return rms
 
     def __repr__(self) -> str:

@@ -29,27 +29,18 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     r"""Scales rewards so that the discounted returns have approximately unit variance.
 
     One set of running statistics (``return_rms``) is shared by all sub-environments; each keeps
-    its discounted return in ``accumulated_reward`` (float32, as Gymnasium). Each step, with the
-    autoreset mode read from ``env.metadata["autoreset_mode"]`` (NEXT_STEP if absent):
-
-    .. math::
-      a_i &= \begin{cases} 1 & \text{SAME\_STEP} \\
-             \lnot\,\text{done}^{t-1}_i & \text{NEXT\_STEP, DISABLED} \end{cases} \\
-      G_i &\leftarrow \gamma\, G_i\, (1 - \text{terminated}_i) + r_i
-             \quad \text{for every } i \text{ with } a_i \\
-      (\mu, \sigma^2, n) &\leftarrow \operatorname{merge}\big((\mu, \sigma^2, n),
-             \{G_i : a_i\}\big) \\
-      G_i &\leftarrow 0 \quad \text{where done}_i \text{ (SAME\_STEP only)} \\
-      \tilde r_i &= r_i / \sqrt{\sigma^2 + \epsilon}
-
-    so the reset-only steps of NEXT_STEP (and, under DISABLED, steps of an environment that
-    ended and has not been reset) never enter the return or the statistics, while under
-    SAME_STEP a new episode starts from zero: Gymnasium 1.4.0's
-    :class:`gymnasium.wrappers.vector.NormalizeReward` (under NEXT_STEP, 1.3.0's too, to float64
-    rounding). ``reset(options={"reset_mask": m})`` zeroes only the returns of the environments
-    it resets (Gymnasium zeroes them all, a known bug). ``save`` / ``load`` also keep the pending
-    autoresets, so a restored wrapper continues bit for bit; the rest (``update_running_mean``,
-    ``return_rms``, non-finite rewards, checks) is as in
+    its discounted return in ``accumulated_reward`` (float32, as Gymnasium). Each step, the
+    environments that take part update :math:`G_i \leftarrow \gamma\, G_i\, (1 -
+    \text{terminated}_i) + r_i`, their returns join the statistics, and every reward is scaled
+    by :math:`1 / \sqrt{\sigma^2 + \epsilon}`. Which take part depends on
+    ``env.metadata["autoreset_mode"]``: under NEXT_STEP (the default) and DISABLED, those that
+    did not end their episode at the previous step (the reset-only step is left out); under
+    SAME_STEP, all, with the return of an ended episode set to 0 after the step. This is
+    Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward` (under NEXT_STEP,
+    1.3.0's too, to float64 rounding). ``reset(options={"reset_mask": m})`` zeroes only the
+    returns of the environments it resets (Gymnasium zeroes them all, a known bug). ``save`` /
+    ``load`` also keep the pending autoresets, so a restored wrapper continues bit for bit; the
+    rest (``update_running_mean``, ``return_rms``, non-finite rewards, checks) is as in
     :class:`rewardnorm_jax.gymnasium.NormalizeReward`.
 
     Args:
@@ -80,7 +71,6 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
 
     def __init__(self, env: VectorEnv, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
         Normalizer.__init__(self, gamma, epsilon)
-        gym.utils.RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)
         VectorWrapper.__init__(self, env)
         self._accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
@@ -161,16 +151,6 @@ class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
 
     Same as :class:`gymnasium.wrappers.vector.TransformReward`; a non-callable ``func`` raises
     ``ValueError``.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> from rewardnorm_jax.gymnasium.vector import TransformReward
-        >>> envs = TransformReward(gym.make_vec("CartPole-v1", num_envs=3), lambda r: 2 * r + 1)
-        >>> _ = envs.reset(seed=123)
-        >>> _, rew, _, _, _ = envs.step(envs.action_space.sample())
-        >>> rew.tolist()
-        [3.0, 3.0, 3.0]
-        >>> envs.close()
     """
 
     def __init__(self, env: VectorEnv, func: Callable[[np.ndarray], np.ndarray]):
@@ -190,20 +170,6 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
     The values and checks of :class:`gymnasium.wrappers.vector.ClipReward`, computed with one
     ``numpy.clip`` over the whole array (Gymnasium clips environment by environment in a Python
     loop, overwriting the inner environment's array).
-
-    Example:
-        >>> import numpy as np
-        >>> import gymnasium as gym
-        >>> from rewardnorm_jax.gymnasium.vector import ClipReward
-        >>> envs = ClipReward(gym.make_vec("MountainCarContinuous-v0", num_envs=3), 0.0, 2.0)
-        >>> _ = envs.action_space.seed(123)
-        >>> obs, info = envs.reset(seed=123)
-        >>> for _ in range(10):
-        ...     obs, rew, term, trunc, info = envs.step(0.5 * np.ones((3, 1)))
-        ...
-        >>> envs.close()
-        >>> rew
-        array([0., 0., 0.])
     """
 
     def __init__(self, env: VectorEnv, min_reward=None, max_reward=None):
