@@ -18,12 +18,11 @@ REAL_SCALARS = (float, int, np.floating, np.integer, np.bool_)
 
 
 def real_array(name: str, value, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """``value`` as an array of real numbers (of ``shape`` unless ``None``), or a ValueError.
+    """``value`` as an array of a bool, integer or floating dtype (and ``shape``), or a ValueError.
 
-    Any bool, integer or floating dtype qualifies. Complex numbers (their imaginary part would be
-    dropped), strings (``"False"`` is truthy) and other objects are refused, and so are arrays of
-    another shape: a vector-valued (multi-objective) reward for one environment, or one flag for
-    all sub-environments.
+    Complex numbers (their imaginary part would be dropped), strings (``"False"`` is truthy) and
+    other objects are refused, and so are a vector-valued reward for one environment and one
+    flag for all sub-environments.
     """
     array = np.asarray(value)
     if shape is not None and array.shape != shape:
@@ -183,12 +182,7 @@ class Normalizer:
         return {"return_rms": rms.stats, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores what :meth:`state_dict` returned (bit-exact), after checking the values.
-
-        Raises:
-            ValueError: for statistics no merge produces (a NaN or infinite mean, a negative or
-                NaN ``m2``) or non-finite returns; nothing is changed then.
-        """
+        """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing)."""
         loaded = RunningMeanStd.from_running_stats(state["return_rms"])
         arrays = {}
         for key, attr in self._checkpointed:
@@ -210,12 +204,12 @@ class Normalizer:
         pathlib.Path(path).write_bytes(data)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Restores statistics and tracked returns saved by :meth:`save`.
+        """Restores what :meth:`save` wrote.
 
         Raises:
-            ValueError: if the file is not such a checkpoint, is corrupt, was saved by another
-                wrapper class, ``gamma``, ``epsilon`` or number of environments (the message
-                names each difference), or holds values no run produces.
+            ValueError: for a file that is not such a checkpoint, is corrupt, was saved with
+                another wrapper class, ``gamma``, ``epsilon`` or number of environments (each
+                difference named), or holds values no run produces.
         """
         data, metadata = pathlib.Path(path).read_bytes(), self._checkpoint_metadata()
         self.load_state_dict(checkpoint.load_state(self.state_dict(), data, metadata))
