@@ -1,12 +1,15 @@
 """The PPO demo: command line, progress, table, plot, learning, evaluation and checkpoints.
 
 One short CartPole comparison (2 seeds x {normalized, raw} x 16384 steps) is
-trained through the command line once per module; the library-level tests
-reuse its compiled functions (same configuration and number of runs), so the
-module compiles the training and evaluation functions once each.
+trained through the command line once per module; the tests of the demo's
+functions reuse its compiled functions (same configuration, arms and number
+of seeds), so the module compiles the training and evaluation functions once
+each. The PPO's own switch, ``PPOConfig.normalize``, is tested on single steps.
 """
 
 import contextlib
+import dataclasses
+import importlib
 import importlib.metadata
 import io
 import os
@@ -24,11 +27,12 @@ from matplotlib import colors, image
 import rewardnorm_jax as rn
 import rewardnorm_jax.gymnax as rngym
 from rewardnorm_jax import demo
+from rewardnorm_jax._src.extras import MissingExtraError
 from rewardnorm_jax.examples import ppo
 
 SMALL_ARGS = ["--env", "CartPole-v1", "--total-steps", "16384", "--seeds", "2"]
 SMALL = ppo.PPOConfig(total_steps=16384)  # what SMALL_ARGS resolve to: 32 updates of 512 steps
-ARMS = (True, False)
+ARMS = ("normalized", "raw")
 NUMBER = r"(-?[\d.]+) ± +([\d.]+)"
 
 
@@ -66,8 +70,8 @@ def trained(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def reference(trained):
-    """The same runs through the library API, in memory."""
-    return ppo.train(SMALL, ppo.init_runners(SMALL, seed=0, num_seeds=2, normalize=ARMS))
+    """The same runs through the demo's functions, in memory."""
+    return demo.train(SMALL, demo.init_runs(SMALL, seed=0, num_seeds=2, arms=ARMS))
 
 
 def test_cli_prints_progress_and_learns(trained):
@@ -102,10 +106,12 @@ def test_table_shows_both_arms_from_the_run(trained, reference):
     # Updates round(f * 32) for f in 0.1, 0.25, 0.5, 0.75, 1 of the run.
     updates = [3, 8, 16, 24, 32]
     assert [row.split("|")[0].strip() for row in rows] == [f"{u * 512:,}" for u in updates]
-    curves = np.asarray(reference.metrics.episode_return)  # (runs, updates), arm by arm
+    curves = reference.returns  # per arm, (seeds, updates)
+    assert list(curves) == ["normalized", "raw"]
+    assert all(arm.shape == (2, 32) for arm in curves.values())
     for row, update in zip(rows, updates, strict=True):
         cells = [re.fullmatch(" *" + NUMBER + " *", cell) for cell in row.split("|")[1:]]
-        for cell, arm in zip(cells, (curves[:2], curves[2:]), strict=True):
+        for cell, arm in zip(cells, curves.values(), strict=True):
             values = arm[:, update - 1]
             assert cell is not None, row
             assert cell.groups() == (f"{values.mean():.2f}", f"{values.std():.2f}")
@@ -123,41 +129,65 @@ def test_plot_is_a_png_of_both_arms(trained):
         assert np.any(np.all(np.abs(pixels - rgb) < 0.02, axis=-1))
 
 
-def test_raw_arm_sees_the_environment_rewards_unchanged(reference):
-    """The raw arm's statistics stay at the prior (variance 1): rewards pass bit-exactly."""
-    env = ppo.make_env(ppo.default_config("Pendulum-v1"))
-    runner = ppo.init_runner(
-        ppo.default_config("Pendulum-v1"), env, jax.random.PRNGKey(3), normalize=False
-    )
+PENDULUM_RAW = dataclasses.replace(ppo.PENDULUM, normalize=False)
+
+
+def _pendulum_step(config, freeze=False):
+    """One step of 16 fresh Pendulum environments: ``(state, reward, environment's reward)``."""
+    env = ppo.make_env(config)
+    env_state = jax.jit(ppo.make_init(config))(jax.random.PRNGKey(3)).env_state
+    if freeze:
+        env_state = rngym.set_update_stats(env_state, False)
     key = jax.random.PRNGKey(4)
     action = jax.random.uniform(key, (16, 1), minval=-2.0, maxval=2.0)
     keys = jax.random.split(key, 16)
-    _, state, reward, *_ = env.env.step(keys, runner.env_state, action, env.params)
-    inner = env.env._env.step(keys, runner.env_state.env_state, action, env.params)
-    assert np.any(np.asarray(inner[2]) < -1.0)  # Pendulum costs, far from unit scale
-    np.testing.assert_array_equal(reward, inner[2])
-    assert rn.count_as_int(rngym.get_transform_state(state).stats) == 0
-    # In the trained comparison, the raw runs' statistics never left the prior.
-    stats = ppo.norm_state(reference.runners).stats
-    np.testing.assert_array_equal(ppo.normalizes(reference.runners), [True, True, False, False])
-    np.testing.assert_array_equal(rn.count_as_int(stats), [16384, 16384, 0, 0])
-    np.testing.assert_array_equal(np.asarray(stats.var)[2:], 1.0)
+    _, state, reward, *_ = env.env.step(keys, env_state, action, env.params)
+    inner = env.env._env.step(keys, env_state.env_state, action, env.params)
+    return state, reward, inner[2]
+
+
+def test_normalize_switch_selects_normalized_or_raw_rewards():
+    """``normalize=False`` passes the environment's rewards through unchanged, bit-exactly."""
+    raw_state, raw, inner = _pendulum_step(PENDULUM_RAW)
+    assert np.any(np.asarray(inner) < -1.0)  # Pendulum costs, far from unit scale
+    np.testing.assert_array_equal(raw, inner)
+    assert isinstance(rngym.get_transform_state(raw_state), rn.EmptyState)  # no statistics
+    # normalize=True: divided by the std of the discounted return, learned from this step.
+    state, normalized, inner = _pendulum_step(ppo.PENDULUM)
+    np.testing.assert_array_equal(inner, raw)  # the same environments and actions
+    stats = rngym.get_transform_state(state).stats
+    assert rn.count_as_int(stats) == 16
+    np.testing.assert_allclose(normalized, inner / np.sqrt(float(stats.var) + 1e-8), rtol=1e-6)
+    assert np.all(np.abs(np.asarray(normalized)) < np.abs(np.asarray(inner)))
+    # The normalizer frozen at its prior (variance 1) passes rewards unchanged as well,
+    # since r / sqrt(1 + 1e-8) == r in float32: both ways of running raw give one result.
+    _, frozen, _ = _pendulum_step(ppo.PENDULUM, freeze=True)
+    np.testing.assert_array_equal(frozen, raw)
+
+
+def test_raw_arm_keeps_no_statistics_normalized_arm_learns(reference):
+    runs = reference.runs
+    assert list(runs) == ["normalized", "raw"]
+    assert isinstance(rngym.get_transform_state(runs["raw"].env_state), rn.EmptyState)
+    np.testing.assert_array_equal(rn.count_as_int(demo.statistics(runs["normalized"])), 16384)
+    assert np.all(np.asarray(demo.statistics(runs["normalized"]).var) > 1.0)
 
 
 def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
     directory = trained[0]
-    config, runners = ppo.load_checkpoint(directory)
+    config, runs = demo.load_checkpoint(directory)
     assert config == SMALL
+    assert list(runs) == ["normalized", "raw"]
     # The checkpointed state is exactly the in-memory state of the same run
     # (parameters, optimizer, environments, normalizer statistics and returns, keys).
-    assert serialization.to_bytes(runners) == serialization.to_bytes(reference.runners)
-    stats = ppo.norm_state(runners).stats
+    assert serialization.to_bytes(runs) == serialization.to_bytes(reference.runs)
+    stats = demo.statistics(runs["normalized"])
     assert stats.count_lo.dtype == np.uint32
     assert stats.count_hi.dtype == np.uint32
     # Saving what was loaded rewrites identical files.
     copy = os.path.join(directory, "resaved")
-    ppo.save_checkpoint(copy, config, runners)
-    for name in (ppo.CHECKPOINT_FILE, ppo.CONFIG_FILE):
+    demo.save_checkpoint(copy, config, runs)
+    for name in (demo.CHECKPOINT_FILE, demo.CONFIG_FILE):
         with (
             open(os.path.join(directory, name), "rb") as saved,
             open(os.path.join(copy, name), "rb") as resaved,
@@ -168,14 +198,14 @@ def test_checkpoint_holds_the_run_bit_exactly(trained, reference):
 def test_checkpoint_is_the_library_format_with_the_config_checked(trained, tmp_path):
     directory = str(tmp_path / "edited")
     shutil.copytree(trained[0], directory)
-    with open(os.path.join(directory, ppo.CHECKPOINT_FILE), "rb") as f:
+    with open(os.path.join(directory, demo.CHECKPOINT_FILE), "rb") as f:
         data = f.read()
-    _, runners = ppo.load_checkpoint(directory)
+    _, runs = demo.load_checkpoint(directory)
     # Any rewardnorm_jax state reader restores it, given the template and metadata.
-    restored = rn.load_state(runners, data)
-    assert serialization.to_bytes(restored) == serialization.to_bytes(runners)
+    restored = rn.load_state(runs, data)
+    assert serialization.to_bytes(restored) == serialization.to_bytes(runs)
     # A config.json that no longer describes the state is refused, naming the field.
-    path = os.path.join(directory, ppo.CONFIG_FILE)
+    path = os.path.join(directory, demo.CONFIG_FILE)
     with open(path) as f:
         text = f.read()
     with open(path, "w") as f:
@@ -183,7 +213,16 @@ def test_checkpoint_is_the_library_format_with_the_config_checked(trained, tmp_p
     with pytest.raises(
         ValueError, match=r"metadata 'gamma': checkpoint has 0\.99, expected 0\.9\b"
     ):
-        ppo.load_checkpoint(directory)
+        demo.load_checkpoint(directory)
+    # One that names other arms or seeds than the checkpoint holds, likewise.
+    with open(path, "w") as f:
+        f.write(text.replace('"num_seeds": 2', '"num_seeds": 3'))
+    with pytest.raises(ValueError, match=r"has 'float32\[2, 4\]', expected 'float32\[3, 4\]'"):
+        demo.load_checkpoint(directory)
+    with open(path, "w") as f:
+        f.write(text.replace('"arms": "normalized+raw"', '"arms": "raw"'))
+    with pytest.raises(ValueError, match="checkpoint does not match the template"):
+        demo.load_checkpoint(directory)
 
 
 def test_resumed_run_equals_uninterrupted_continuation(trained, reference, tmp_path):
@@ -192,17 +231,17 @@ def test_resumed_run_equals_uninterrupted_continuation(trained, reference, tmp_p
     status, output = run_main(["--checkpoint", directory, "--plot", str(tmp_path / "p.png")])
     assert status == 0
     assert "restored checkpoint" in output
-    _, resumed = ppo.load_checkpoint(directory)
-    continued = ppo.train(SMALL, reference.runners)
-    assert serialization.to_bytes(resumed) == serialization.to_bytes(continued.runners)
+    _, resumed = demo.load_checkpoint(directory)
+    continued = demo.train(SMALL, reference.runs)
+    assert serialization.to_bytes(resumed) == serialization.to_bytes(continued.runs)
     # The normalized runs' statistics kept growing from the restored count.
-    counts = rn.count_as_int(ppo.norm_state(resumed).stats)
-    np.testing.assert_array_equal(counts, [2 * 16384, 2 * 16384, 0, 0])
+    counts = rn.count_as_int(demo.statistics(resumed["normalized"]))
+    np.testing.assert_array_equal(counts, [2 * 16384, 2 * 16384])
 
 
 def test_eval_only_restores_and_leaves_checkpoint_untouched(trained):
     directory, _, train_output = trained
-    path = os.path.join(directory, ppo.CHECKPOINT_FILE)
+    path = os.path.join(directory, demo.CHECKPOINT_FILE)
     with open(path, "rb") as f:
         before = f.read()
     status, output = run_main(["--checkpoint", directory, "--eval-only"])
@@ -218,20 +257,24 @@ def test_eval_only_restores_and_leaves_checkpoint_untouched(trained):
 
 
 def test_evaluation_freezes_and_keeps_statistics(reference):
-    runners = reference.runners
-    returns, states = ppo.evaluate(SMALL, runners)
-    assert returns.shape == (4, SMALL.num_eval_envs)
-    assert np.all(np.asarray(returns) >= 1.0)
-    trained_stats = ppo.norm_state(runners).stats
+    runs = reference.runs
+    results = demo.evaluate(SMALL, runs)
+    assert list(results) == ["normalized", "raw"]
+    for returns, _ in results.values():
+        assert returns.shape == (2, SMALL.num_eval_envs)
+        assert np.all(np.asarray(returns) >= 1.0)
+    returns, states = results["normalized"]
+    trained_stats = demo.statistics(runs["normalized"])
     assert serialization.to_bytes(states.stats) == serialization.to_bytes(trained_stats)
     # Evaluation did step fresh environments through the normalizer: their own
     # discounted returns accumulated while the statistics stayed frozen.
-    assert states.ret.shape == (4, SMALL.num_eval_envs)
+    assert states.ret.shape == (2, SMALL.num_eval_envs)
     assert np.all(np.asarray(states.ret) > 0.0)
+    assert isinstance(results["raw"][1], rn.EmptyState)
     # Seed i of each arm evaluates on the same episodes: one arm alone gives
     # the same returns as in the comparison.
-    raw_only = jax.tree.map(lambda leaf: leaf[2:], runners)
-    np.testing.assert_array_equal(ppo.evaluate(SMALL, raw_only)[0], returns[2:])
+    raw_only = demo.evaluate(SMALL, {"raw": runs["raw"]})
+    np.testing.assert_array_equal(raw_only["raw"][0], results["raw"][0])
 
 
 def test_single_arm_options(trained, tmp_path):
@@ -247,11 +290,12 @@ def test_single_arm_options(trained, tmp_path):
         assert os.path.getsize(plot) > 0
 
 
-def test_init_runners_rejects_bad_arms():
-    with pytest.raises(ValueError, match="normalize should be a bool or a non-empty sequence"):
-        ppo.init_runners(SMALL, 0, 1, normalize=())
-    with pytest.raises(ValueError, match="got 'yes'"):
-        ppo.init_runners(SMALL, 0, 1, normalize="yes")  # type: ignore[arg-type]  # deliberately invalid
+@pytest.mark.parametrize("arms", [(), "raw", ("raw", "raw"), ("normalised",), [True, False]])
+def test_init_runs_rejects_bad_arms(arms):
+    with pytest.raises(ValueError, match="arms should be a non-empty sequence of distinct labels"):
+        demo.init_runs(SMALL, 0, 1, arms=arms)
+    with pytest.raises(ValueError, match=re.escape(f"got {arms!r}")):
+        demo.init_runs(SMALL, 0, 1, arms=arms)
 
 
 @pytest.mark.parametrize(
@@ -291,10 +335,10 @@ def test_init_runners_rejects_bad_arms():
 def test_bad_input_exits_2_with_message(argv, message, trained, tmp_path, capsys):
     corrupt = tmp_path / "corrupt"  # a config, and a checkpoint that is not one
     shutil.copytree(trained[0], corrupt)
-    (corrupt / ppo.CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+    (corrupt / demo.CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
     no_config = tmp_path / "no_config"  # a checkpoint without its config.json
     no_config.mkdir()
-    shutil.copy(os.path.join(trained[0], ppo.CHECKPOINT_FILE), no_config)
+    shutil.copy(os.path.join(trained[0], demo.CHECKPOINT_FILE), no_config)
     a_file = tmp_path / "a_file"
     a_file.write_text("not a directory")
     names = {
@@ -356,17 +400,41 @@ def _equations(jaxpr):
 
 def test_initialisation_factorizes_one_matrix_at_a_time():
     """Batched QR (a vmapped orthogonal init) deadlocks jaxlib's two-thread CPU pool."""
-    init = ppo._jitted_init(SMALL)
-    jaxpr = jax.make_jaxpr(init)(jax.random.PRNGKey(0), True).jaxpr
+    init = demo._jitted_init(SMALL)
+    jaxpr = jax.make_jaxpr(init)(jax.random.PRNGKey(0)).jaxpr
     shapes = [
         var.aval.shape for eq in _equations(jaxpr) if eq.primitive.name == "qr" for var in eq.invars
     ]
     assert shapes
     assert all(len(shape) == 2 for shape in shapes)
-    runners = ppo.init_runners(SMALL, seed=0, num_seeds=3, normalize=ARMS)
-    assert jax.tree.structure(runners) == jax.tree.structure(ppo._runner_shapes(SMALL, 6))  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
-    assert all(leaf.shape[0] == 6 for leaf in jax.tree.leaves(runners))
+    runs = demo.init_runs(SMALL, seed=0, num_seeds=3, arms=ARMS)
+    assert jax.tree.structure(runs) == jax.tree.structure(demo._run_shapes(SMALL, ARMS, 3))  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
+    assert all(leaf.shape[0] == 3 for leaf in jax.tree.leaves(runs))
     # Seed i of both arms starts from the same networks and environments.
-    np.testing.assert_array_equal(ppo.normalizes(runners), [True] * 3 + [False] * 3)
-    first, second = jax.tree.leaves(runners.params)[0][:3], jax.tree.leaves(runners.params)[0][3:]
-    np.testing.assert_array_equal(first, second)
+    for arm, other in zip(*(jax.tree.leaves(runs[a].params) for a in ARMS), strict=True):
+        np.testing.assert_array_equal(arm, other)
+    np.testing.assert_array_equal(runs["normalized"].obs, runs["raw"].obs)
+    assert not np.array_equal(runs["raw"].obs[0], runs["raw"].obs[1])  # seeds differ
+
+
+class NotInstalled:
+    """A module finder that finds ``name`` nowhere, as if it were not installed."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.name or name.startswith(self.name + "."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None  # let the other finders look
+
+
+def test_demo_without_matplotlib_names_the_extra(monkeypatch):
+    for name in list(sys.modules):
+        if name.startswith(("rewardnorm_jax.demo", "matplotlib")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [NotInstalled("matplotlib"), *sys.meta_path])
+    expected = "rewardnorm_jax.demo needs matplotlib, which is not installed: "
+    expected += 'pip install "rewardnorm-jax[demo]"'
+    with pytest.raises(MissingExtraError, match=re.escape(expected)):
+        importlib.import_module("rewardnorm_jax.demo")
