@@ -10,7 +10,9 @@ is checked instead (variance +inf, normalized rewards 0, never NaN).
 """
 
 import functools
+from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -20,6 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax.experimental import checkify
+from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 import rewardnorm_jax as rn
 
@@ -316,3 +319,257 @@ def test_check_finite_reward_cannot_be_jitted_without_checkify():
     transform = rn.chain(rn.check_finite_reward(), rn.normalize_reward())
     with pytest.raises(ValueError, match="checkify"):
         jax.jit(transform.step)(transform.init((2,)), jnp.ones(2))
+
+
+# --- inputs that are no rewards or flags --------------------------------------
+
+NOT_FLAGS = ["False", b"0", np.array(["False", "True"]), np.complex64(0), np.timedelta64(0, "s")]
+
+
+def step_with(transform, flag, value):
+    """``transform.step`` on a batch of 4 ones with one flag set to ``value``."""
+    flags = {"terminated": False, "truncated": False, "update_stats": True, "active": None}
+    flags[flag] = value
+    active = flags.pop("active")
+    return transform.step(transform.init((4,)), jnp.ones(4), *flags.values(), active=active)
+
+
+@pytest.mark.parametrize("flag", ["terminated", "truncated", "update_stats", "active"])
+@pytest.mark.parametrize("name", sorted(EVERY_TRANSFORM))
+def test_a_string_flag_is_refused_by_every_transform(name, flag):
+    """jnp.asarray("False", bool) is True: a string flag would silently be set."""
+    transform = EVERY_TRANSFORM[name]()
+    with pytest.raises(TypeError, match=rf"{flag} should be a boolean flag: .* Got {flag}='False'"):
+        step_with(transform, flag, "False")
+    if flag != "update_stats":
+        kwargs: dict[str, Any] = {flag: "False"}
+        with pytest.raises(TypeError, match=rf"{flag} should be a boolean flag"):
+            transform.update(transform.init((4,)), jnp.ones(4), **kwargs)
+
+
+@pytest.mark.parametrize("value", NOT_FLAGS, ids=repr)
+@pytest.mark.parametrize("flag", ["terminated", "truncated", "update_stats", "active"])
+def test_flags_that_are_no_real_numbers_are_refused(flag, value):
+    norm = rn.normalize_reward()
+    with pytest.raises(TypeError, match=rf"{flag} should be a boolean flag: .* Got {flag}="):
+        step_with(norm, flag, value)
+    traced = jax.jit(lambda v: step_with(norm, flag, v))
+    with pytest.raises(TypeError, match=rf"Got {flag}=a traced complex64\[\] array"):
+        traced(jnp.complex64(0))  # a traced flag is checked by its dtype
+    with pytest.raises(TypeError, match=r"terminated should be .* Got terminated=None \("):
+        norm.step(norm.init(), 1.0, None)  # type: ignore[arg-type]  # deliberately not a flag
+
+
+def test_the_string_false_neither_updates_nor_resets():
+    norm = rn.normalize_reward()
+    state = norm.step(norm.init(), 1.0)[1]
+    with pytest.raises(TypeError, match=r"update_stats should be .* Got update_stats='False' \("):
+        norm.step(state, 1.0, False, False, "False")  # type: ignore[arg-type]  # deliberately not a flag
+    with pytest.raises(TypeError, match=r"terminated should be .* Got terminated='False' \("):
+        norm.step(state, 1.0, "False", False)  # type: ignore[arg-type]  # deliberately not a flag
+    chained = rn.chain(rn.clip_reward(), norm)
+    with pytest.raises(
+        TypeError, match=r"^truncated should be a boolean flag"
+    ):  # no member at fault
+        chained.step(chained.init(), 1.0, False, "no")  # type: ignore[arg-type]  # deliberately not a flag
+
+
+@pytest.mark.parametrize("semantics", ["gymnasium", "sb3", "purejaxrl", "gymnasium_same_step"])
+def test_numeric_flags_count_nonzero_as_true_eagerly_traced_and_as_numpy(semantics):
+    """Environments return done as float (Brax) or int32 arrays: they stay flags."""
+    norm = rn.normalize_reward(semantics=semantics)
+    rewards = jax.random.normal(jax.random.key(1), (6, 4))
+    done = np.arange(24).reshape(6, 4) % 5 == 3
+    active = np.arange(24).reshape(6, 4) % 7 != 2
+
+    def run(step, cast, update_stats):
+        state, outs = norm.init((4,)), []
+        for t in range(6):
+            out, state = step(
+                state,
+                rewards[t],
+                cast(done[t]),
+                cast(done[t] & (t % 2 == 0)),
+                update_stats,
+                active=cast(active[t]),
+            )
+            outs.append(out)
+        return jnp.stack(outs), state
+
+    for step in (norm.step, jax.jit(norm.step)):  # each against bool flags, bit for bit
+        expected = run(step, jnp.asarray, True)
+        for cast in (lambda x: x.astype(np.float32), lambda x: x.astype(np.int32), np.asarray):
+            for update_stats in (1, 1.0, np.True_, jnp.asarray(True)):
+                chex.assert_trees_all_equal(run(step, cast, update_stats), expected)
+        frozen = run(step, jnp.asarray, jnp.asarray(False))
+        chex.assert_trees_all_equal(run(step, jnp.asarray, np.float32(0)), frozen)
+
+
+@pytest.mark.parametrize("name", sorted(EVERY_TRANSFORM))
+def test_complex_rewards_are_refused_by_every_transform(name):
+    """A cast to the statistics dtype would silently drop the imaginary part."""
+    transform = EVERY_TRANSFORM[name]()
+    state = transform.init((4,))
+    reward = jnp.array([1.0, 2j, 3.0, 4.0])
+    message = (
+        r"reward should hold real numbers .* got reward=a complex64\[4\] array \(pass jnp.real"
+    )
+    for fn in (transform.step, transform.update, transform.normalize):
+        with pytest.raises(TypeError, match=message):
+            fn(state, reward)
+    with pytest.raises(TypeError, match=r"got reward=a traced complex64\[4\] array"):
+        jax.jit(checkify.checkify(transform.step))(state, reward)
+    with pytest.raises(TypeError, match=r"got reward=\(1\+2j\) \(of type complex"):
+        transform.step(transform.init(), 1 + 2j)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda x: rn.symlog(x),
+        lambda x: rn.symexp(x),
+        lambda x: rn.signed_hyperbolic(x),
+        lambda x: rn.signed_parabolic(x),
+        lambda x: rn.merge_stats(rn.init_stats(), x),
+        lambda x: rn.update_percentiles(rn.init_percentiles(), x),
+    ],
+    ids=["symlog", "symexp", "signed_hyperbolic", "signed_parabolic", "merge_stats", "percentiles"],
+)
+def test_complex_and_non_numeric_values_are_refused_by_the_functions(call):
+    for value in (jnp.array([1.0 + 1j, 2.0]), np.complex128(3.0), "1.0", None):
+        with pytest.raises(TypeError, match=r"should hold real numbers \(a bool, integer or float"):
+            call(value)
+    with pytest.raises(TypeError, match=r"should hold real numbers"):
+        jax.jit(call)(jnp.array([1.0 + 1j, 2.0]))
+
+
+def test_masks_of_strings_are_refused_and_numeric_masks_select():
+    for call in (
+        lambda m: rn.merge_stats(rn.init_stats(), jnp.ones(()), mask=m),
+        lambda m: rn.update_percentiles(rn.init_percentiles(), jnp.ones(()), mask=m),
+    ):
+        with pytest.raises(TypeError, match=r"mask should be a boolean flag: .* Got mask='False'"):
+            call("False")
+    weights = rn.merge_stats(rn.init_stats(), jnp.arange(3.0), mask=jnp.array([1.0, 0.0, 1.0]))
+    chex.assert_trees_all_equal(
+        weights, rn.merge_stats(rn.init_stats(), jnp.arange(3.0), mask=jnp.array([1, 0, 1], bool))
+    )
+
+
+@pytest.mark.parametrize(
+    "reward", [np.timedelta64(1, "s"), np.datetime64(1, "s"), jax.random.key(0)]
+)
+def test_durations_dates_and_keys_are_no_rewards(reward):
+    norm = rn.normalize_reward()
+    with pytest.raises(TypeError, match="reward should hold real numbers"):
+        norm.step(norm.init(), reward)
+    with pytest.raises(TypeError, match="terminated should be a boolean flag"):
+        norm.step(norm.init(), 1.0, reward)
+
+
+UNBOUND = {
+    "normalize_reward": lambda: rn.normalize_reward(axis_name="envs").step(
+        rn.normalize_reward().init(), 1.0
+    ),
+    "normalize_reward g_max": lambda: rn.normalize_reward(axis_name="envs", g_max=10.0).step(
+        rn.normalize_reward(g_max=10.0).init(), 1.0
+    ),
+    "percentile_scale_reward": lambda: rn.percentile_scale_reward(axis_name="envs").step(
+        rn.percentile_scale_reward().init(), 1.0
+    ),
+    "check_finite_reward": lambda: rn.check_finite_reward(axis_name="envs").step(
+        rn.check_finite_reward().init(), 1.0
+    ),
+    "merge_stats": lambda: rn.merge_stats(rn.init_stats(), jnp.ones(3), axis_name="envs"),
+    "update_percentiles": lambda: rn.update_percentiles(
+        rn.init_percentiles(), jnp.ones(3), axis_name="envs"
+    ),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("name", sorted(UNBOUND))
+def test_an_axis_name_no_map_binds_is_named_at_trace_time(name, jit):
+    call = jax.jit(UNBOUND[name]) if jit else UNBOUND[name]
+    with pytest.raises(
+        ValueError,
+        match=r"axis_name='envs': no map binds the axis 'envs' here.*"
+        r"jax\.vmap\(\.\.\., axis_name='envs'\), jax\.pmap\(\.\.\., axis_name='envs'\) "
+        r"or shard_map over a mesh with an axis 'envs'",
+    ):
+        call()
+
+
+def test_the_unbound_name_of_a_tuple_is_the_one_named():
+    norm = rn.normalize_reward(axis_name=("envs", "devices"))
+    states = jax.vmap(lambda _: norm.init())(jnp.arange(2))
+    with pytest.raises(
+        ValueError, match=r"axis_name=\('envs', 'devices'\): .* axis 'devices' here"
+    ):
+        jax.vmap(norm.step, axis_name="envs")(states, jnp.ones(2))
+    bound = jax.vmap(jax.vmap(norm.step, axis_name="envs"), axis_name="devices")
+    out, _ = bound(jax.vmap(lambda _: states)(jnp.arange(3)), jnp.ones((3, 2)))
+    np.testing.assert_allclose(
+        out, rn.normalize_reward().step(rn.normalize_reward().init(6), jnp.ones(6))[0].reshape(3, 2)
+    )
+
+
+def test_axis_names_that_are_integers_or_unhashable_are_refused():
+    for factory in (rn.normalize_reward, rn.percentile_scale_reward, rn.check_finite_reward):
+        with pytest.raises(TypeError, match=r"axis_name=0 \(JAX's collectives read an integer"):
+            factory(axis_name=0)
+        with pytest.raises(TypeError, match=r"axis_name should be None, the name of a mapped"):
+            factory(axis_name={"envs"})
+    with pytest.raises(TypeError, match=r"axis_name=\('envs', 1\)"):
+        rn.merge_stats(rn.init_stats(), jnp.ones(3), axis_name=("envs", 1))
+    # A list of names is a tuple of names.
+    norm = rn.normalize_reward(axis_name=["envs"])
+    out, _ = jax.vmap(norm.step, axis_name="envs")(
+        jax.vmap(lambda _: norm.init())(jnp.arange(2)), jnp.ones(2)
+    )
+    np.testing.assert_allclose(
+        out, rn.normalize_reward().step(rn.normalize_reward().init(2), jnp.ones(2))[0]
+    )
+
+
+def test_boolean_hyperparameters_take_bools_only():
+    refused: list[Any] = ["no", "False", 1, None, np.array([True])]
+    accepted: list[tuple[Any, bool]] = [
+        (np.False_, False),
+        (jnp.asarray(True), True),
+        (np.array(False), False),
+    ]
+    for name in ("shared", "finite_rewards"):
+        for value in refused:
+            with pytest.raises(TypeError, match=rf"{name} should be a bool, got {name}="):
+                rn.normalize_reward(**{name: value})
+        for value, expected in accepted:
+            assert rn.normalize_reward(**{name: value}).config[name] is expected
+    numpy_true: Any = np.True_
+    semantics = rn.Semantics("mine", "never", "done", freeze_stops_return=numpy_true)
+    assert semantics.freeze_stops_return is True
+    with pytest.raises(
+        TypeError, match="freeze_stops_return should be a bool, got freeze_stops_return='no'"
+    ):
+        rn.Semantics("mine", "never", "done", freeze_stops_return="no")  # type: ignore[arg-type]  # deliberately not a bool
+
+
+def test_a_semantics_or_dtype_that_is_no_name_is_named():
+    semantics: list[Any] = [["gymnasium"], None, 3]
+    for value in semantics:
+        with pytest.raises(ValueError, match=r"semantics=.* is not known; pick one of"):
+            rn.normalize_reward(semantics=value)
+    for value in ("floaty", "foo", object()):
+        with pytest.raises(
+            TypeError, match=r"dtype should be float32, float64 or None .* got dtype="
+        ):
+            rn.normalize_reward(dtype=value)
+        with pytest.raises(TypeError, match=r"dtype should be float32, float64 or None"):
+            rn.init_percentiles(value)
+
+
+def test_count_as_int_under_jit_says_where_to_call_it():
+    with pytest.raises(
+        TypeError, match=r"count_as_int reads the count on the host: call it outside jit"
+    ):
+        jax.jit(rn.count_as_int)(rn.init_stats())

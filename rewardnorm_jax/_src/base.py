@@ -103,7 +103,11 @@ class RewardTransform(NamedTuple):
 
     ``terminated`` and ``truncated`` are booleans of the reward's shape (or
     scalars); ``active`` marks the environments that took part in this step
-    (``False`` on Gymnasium's autoreset steps), default all.
+    (``False`` on Gymnasium's autoreset steps), default all. Integer and float
+    flags count as true where nonzero (Brax's ``done`` is a float array).
+    Every function raises a TypeError at trace time for a flag that is not a
+    number (``"False"`` would otherwise be true) and for rewards that are not
+    real numbers (complex ones would lose their imaginary part).
     """
 
     init: InitFn
@@ -130,13 +134,13 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
         return EmptyState()
 
     def update(state, reward, terminated=False, truncated=False, *, active=None):
-        del reward, terminated, truncated, active
         check_state(state, init, (), config)
+        check_step_kinds(reward, terminated=terminated, truncated=truncated, active=active)
         return state
 
     def normalize(state, reward):
         check_state(state, init, (), config)
-        reward = jnp.asarray(reward)
+        reward = jnp.asarray(check_reward("reward", reward))
         out = fn(reward)
         if jnp.shape(out) != reward.shape:  # a reduction or broadcast would mix environments
             raise ValueError(
@@ -146,7 +150,13 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
         return out
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        del terminated, truncated, update_stats, active
+        check_step_kinds(
+            reward,
+            terminated=terminated,
+            truncated=truncated,
+            update_stats=update_stats,
+            active=active,
+        )
         return normalize(state, reward), state
 
     return RewardTransform(init, update, normalize, step, config)
@@ -288,9 +298,154 @@ def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
             )
 
 
-def as_flag(value, batch_shape: Shape) -> jax.Array:
-    """A boolean array of ``batch_shape`` from a scalar or array flag."""
-    return jnp.broadcast_to(jnp.asarray(value, dtype=bool), batch_shape)
+def check_step_kinds(reward, **flags) -> None:
+    """Raises a TypeError at trace time unless ``reward`` is real and every flag a flag.
+
+    :func:`check_reward` for ``reward``, :func:`check_flag` for every flag
+    that is not ``None`` (``active=None`` means every environment).
+    """
+    check_reward("reward", reward)
+    for name, value in flags.items():
+        if value is not None:
+            check_flag(name, value)
+
+
+def check_step_inputs(batch_shape: Shape, reward, **flags) -> None:
+    """:func:`check_step_kinds`, then :func:`check_step_shapes`: every check of a step's inputs."""
+    check_step_kinds(reward, **flags)
+    check_step_shapes(batch_shape, reward, **flags)
+
+
+# Python scalars as the arrays they become (a Python int of any size is an integer).
+_PYTHON_DTYPES = ((bool, np.bool_), (int, np.int64), (float, np.float64), (complex, np.complex128))
+
+
+def _dtype_of(value):
+    """The dtype ``value`` has as an array, without converting it; ``None`` if it has none.
+
+    Arrays, tracers and NumPy scalars give their own dtype (JAX's extended
+    dtypes, such as PRNG keys, included), Python scalars the matching NumPy
+    dtype, and anything else the dtype NumPy (or, for a sequence of tracers,
+    JAX) gives it. Strings and bytes give their string dtypes; ``None`` and
+    objects no array holds give ``None`` or ``object``.
+    """
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None:
+        return dtype
+    for kind, python_dtype in _PYTHON_DTYPES:
+        if isinstance(value, kind):
+            return np.dtype(python_dtype)
+    if value is None:
+        return None
+    for convert in (np.asarray, jnp.asarray):
+        try:
+            return convert(value).dtype
+        except Exception:  # noqa: BLE001  # any failure means: not an array of numbers
+            continue
+    return None
+
+
+def _is_real_dtype(dtype) -> bool:
+    """Whether ``dtype`` holds real numbers: bool, integer or floating (bfloat16 too)."""
+    if dtype is None or (isinstance(dtype, np.dtype) and dtype.kind in "mM"):
+        return False  # NumPy counts timedelta64 as an integer: a duration is no reward
+    try:
+        return any(jnp.issubdtype(dtype, kind) for kind in (jnp.bool_, jnp.integer, jnp.floating))
+    except TypeError:  # a dtype JAX does not know (NumPy's datetime64, for one)
+        return False
+
+
+def describe(value) -> str:
+    """``value`` for an error message: its repr, or for an array its dtype and shape."""
+    dtype = _dtype_of(value)
+    if isinstance(value, jax.core.Tracer):
+        return f"a traced {dtype}{list(jnp.shape(value))} array"
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return f"a {dtype}{list(np.shape(value))} array"
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} (of type {type(value).__name__}" + (f", dtype {dtype})" if dtype else ")")
+
+
+def check_flag(name: str, value):
+    """Returns ``value`` if it is a flag; raises a TypeError naming ``name`` otherwise.
+
+    A flag is a Python or NumPy bool, or an array of bools (NumPy or JAX,
+    traced too). Integer and floating numbers and arrays are flags too, true
+    where nonzero, as environments return ``done`` (Brax's is a float array).
+    Anything else is refused: ``jnp.asarray("False", bool)`` is ``True``, so a
+    string would silently set the flag; complex numbers, ``None`` and other
+    objects are refused too. The check reads the dtype only: under ``jit`` it costs
+    nothing in the compiled step.
+
+    Raises:
+      TypeError: naming the parameter, its value and what a flag may be.
+
+    Example:
+      >>> check_flag("terminated", "False")  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+      ...
+      TypeError: terminated should be a boolean flag: ... Got terminated='False' (of type str, ...).
+    """
+    dtype = _dtype_of(value)
+    if not _is_real_dtype(dtype):
+        raise TypeError(
+            f"{name} should be a boolean flag: a Python or NumPy bool, or an array of bools "
+            "(NumPy or JAX, traced too); integer or floating 0/1 values (a float done) count "
+            f"as true where nonzero. Got {name}={describe(value)}."
+        )
+    return value
+
+
+def check_reward(name: str, value):
+    """Returns ``value`` if it holds real numbers; raises a TypeError naming ``name`` otherwise.
+
+    Rewards (and the values of the statistics functions and value transforms)
+    may be Python or NumPy numbers or arrays of a bool, integer or floating
+    dtype. Complex numbers are refused, since the cast to the statistics
+    dtype would silently drop their imaginary part; so are strings, ``None``
+    and other objects. The check reads the dtype only (no cost under ``jit``).
+
+    Raises:
+      TypeError: naming the parameter, its value and the valid dtypes.
+    """
+    dtype = _dtype_of(value)
+    if not _is_real_dtype(dtype):
+        hint = ""
+        if dtype is not None and jnp.issubdtype(dtype, jnp.complexfloating):
+            hint = " (pass jnp.real or jnp.abs of it: the imaginary part would be dropped)"
+        raise TypeError(
+            f"{name} should hold real numbers (a bool, integer or floating dtype), "
+            f"got {name}={describe(value)}{hint}."
+        )
+    return value
+
+
+def as_flag(value, batch_shape: Shape, name: str) -> jax.Array:
+    """A boolean array of ``batch_shape`` from a scalar or array flag (:func:`check_flag`)."""
+    return jnp.broadcast_to(jnp.asarray(check_flag(name, value), dtype=bool), batch_shape)
+
+
+def check_bool(name: str, value) -> bool:
+    """A boolean hyperparameter as a Python bool.
+
+    Python and NumPy bools qualify, and so do concrete 0-d bool arrays; a
+    string (``"no"`` is truthy), a number or anything else is refused.
+
+    Raises:
+      TypeError: naming the parameter and its value, also for a traced value
+        (hyperparameters are static: build the transform outside ``jit``).
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{name} should be a bool, got the traced value {value}; build the transform "
+            "outside jit (its hyperparameters are static)."
+        )
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, (np.ndarray, jax.Array)) and value.shape == () and value.dtype == bool
+    ):
+        return bool(value)
+    raise TypeError(f"{name} should be a bool, got {name}={value!r}.")
 
 
 def is_real(value) -> bool:

@@ -8,6 +8,7 @@ from flax import struct
 from jax.experimental import checkify
 
 from rewardnorm_jax._src import base
+from rewardnorm_jax._src import running_stats as rs
 
 
 class CheckFiniteRewardState(struct.PyTreeNode):
@@ -63,21 +64,25 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
       >>> print(err.get())
       non-finite reward inf at step 1, environment 1 (2 non-finite in this step) (`check` failed)
     """
+    axis_name = rs.check_axis_name(axis_name)
 
     def init(batch_shape: base.ShapeLike = ()) -> CheckFiniteRewardState:
         base.check_batch_shape(batch_shape)
         return CheckFiniteRewardState(step=jnp.zeros((), jnp.uint32))
 
     def check(step, reward, active) -> jax.Array:
-        reward = jnp.asarray(reward)
-        base.check_step_shapes(reward.shape, reward, active=active)
+        reward = jnp.asarray(base.check_reward("reward", reward))
+        base.check_step_inputs(reward.shape, reward, active=active)
         if reward.size == 0:  # an empty batch has nothing to check
             return reward
-        bad = ~jnp.isfinite(reward) & base.as_flag(True if active is None else active, reward.shape)
+        bad = ~jnp.isfinite(reward)
+        if active is not None:
+            bad = bad & base.as_flag(active, reward.shape, "active")
         first = jnp.unravel_index(jnp.argmax(bad), reward.shape)
         where: dict[str, Any] = {}  # format arguments of checkify.check
         text = ""
         if axis_name is not None:  # with an unbatched reward, the participant is the environment
+            rs.participants(axis_name)  # an unbound axis_name is named, not JAX's NameError
             where["participant"] = jax.lax.axis_index(axis_name)
             text += ", {} {{participant}}".format(
                 "environment" if reward.ndim == 0 else "participant"
@@ -102,8 +107,10 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
         return check(state.step, reward, None)
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        del terminated, truncated, update_stats
         base.check_state(state, init, (), config)
+        base.check_step_kinds(
+            reward, terminated=terminated, truncated=truncated, update_stats=update_stats
+        )
         reward = check(state.step, reward, active)
         return reward, CheckFiniteRewardState(step=state.step + jnp.uint32(1))
 

@@ -93,16 +93,17 @@ def return_step(
       carry, and the statistics.
     """
     shape = ret.shape
-    base.check_step_shapes(shape, reward, terminated=terminated, truncated=truncated, active=active)
+    base.check_step_inputs(shape, reward, terminated=terminated, truncated=truncated, active=active)
+    base.check_flag("update_stats", update_stats)
     if jnp.shape(update_stats) != ():
         raise ValueError(
             f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar "
             "boolean (one flag for the shared statistics), Python or traced."
         )
-    terminated = base.as_flag(terminated, shape)
-    truncated = base.as_flag(truncated, shape)
+    terminated = base.as_flag(terminated, shape, "terminated")
+    truncated = base.as_flag(truncated, shape, "truncated")
     if active is not None:
-        active = base.as_flag(active, shape)
+        active = base.as_flag(active, shape, "active")
     if not isinstance(update_stats, bool):
         update_stats = jnp.asarray(update_stats, bool)
     reward = jnp.asarray(reward, dtype)
@@ -250,7 +251,13 @@ def normalize_reward(
 
     Raises:
       ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive clip,
-        an unknown semantics, a decay outside [0, 1) or a non-positive g_max.
+        an unknown semantics, a decay outside [0, 1) or a non-positive g_max;
+        from ``step`` and ``update``, under an ``axis_name`` that no enclosing
+        map binds.
+      TypeError: for ``shared`` or ``finite_rewards`` that is not a bool, or an
+        ``axis_name`` that is no name (an integer); from the transform's
+        functions, for rewards that are not real numbers or flags that are
+        not numbers (see :class:`~rewardnorm_jax.RewardTransform`).
 
     Example:
       >>> norm = normalize_reward(gamma=0.99)
@@ -272,6 +279,7 @@ def normalize_reward(
     gamma = check_gamma(gamma)
     semantics = sem_lib.resolve(semantics)
     dtype = rs.check_dtype(dtype)
+    axis_name = rs.check_axis_name(axis_name)
     # epsilon = 0 (or a value that rounds to 0 in dtype) divides by zero while
     # the variance is 0 (constant returns).
     epsilon = base.check_positive("epsilon", epsilon, dtype)
@@ -280,12 +288,8 @@ def normalize_reward(
     decay = rs.check_decay(decay, dtype)
     # g_max <= 0 divides by zero or flips the sign of the floor.
     g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
-    if not isinstance(shared, (bool, np.bool_)):  # a truthy string would silently share
-        raise TypeError(f"shared should be a bool, got shared={shared!r}.")
-    shared = bool(shared)
-    if not isinstance(finite_rewards, (bool, np.bool_)):
-        raise TypeError(f"finite_rewards should be a bool, got finite_rewards={finite_rewards!r}.")
-    finite_rewards = bool(finite_rewards)
+    shared = base.check_bool("shared", shared)  # a truthy string would silently share
+    finite_rewards = base.check_bool("finite_rewards", finite_rewards)
 
     def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
         batch_shape = base.check_batch_shape(batch_shape)
@@ -320,7 +324,7 @@ def normalize_reward(
         return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
-        base.check_step_shapes(check_state(state), reward)
+        base.check_step_inputs(check_state(state), reward)
         reward = jnp.asarray(reward, dtype)
         return scale(reward, inverse_std(state.stats, state.ret_abs_max))
 
@@ -340,6 +344,7 @@ def normalize_reward(
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         check_state(state)
+        rs.participants(axis_name)  # an unbound axis_name is named before any collective
         reward, ret, (stats, ret_abs_max, inverse) = return_step(
             state.ret,
             (state.stats, state.ret_abs_max, None),

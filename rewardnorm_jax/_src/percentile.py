@@ -123,8 +123,10 @@ def update_percentiles(
       The updated averages.
 
     Raises:
-      ValueError: for a rate outside (0, 1] or percentiles not within
-        0 <= low < high <= 100.
+      ValueError: for a rate outside (0, 1], percentiles not within
+        0 <= low < high <= 100, or an ``axis_name`` no enclosing map binds.
+      TypeError: for values that are not real numbers (complex ones
+        included) or a mask that is not numbers.
 
     Example:
       >>> state = update_percentiles(init_percentiles(), jnp.arange(101.0), rate=0.5)
@@ -138,14 +140,16 @@ def update_percentiles(
     """
     dtype = _check_percentiles(state)
     rate = _check_update_options(rate, low, high, dtype)
-    values = jnp.asarray(values, dtype)
+    values = jnp.asarray(base.check_reward("values", values), dtype)
     valid = jnp.isfinite(values)
     if mask is not None:
-        mask = jnp.asarray(mask, bool)
+        mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != values.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {values.shape}.")
         valid = valid & mask
     values = jnp.where(valid, values, jnp.nan)
+    axis_name = rs.check_axis_name(axis_name)
+    rs.participants(axis_name)  # an unbound axis_name is named before any collective
     names = () if axis_name is None else axis_name if isinstance(axis_name, tuple) else (axis_name,)
     for name in names:
         values = jax.lax.all_gather(values, name)
@@ -263,6 +267,7 @@ def percentile_scale_reward(
     gamma = norm_lib.check_gamma(gamma)
     semantics = sem_lib.resolve(semantics)
     dtype = rs.check_dtype(dtype)
+    axis_name = rs.check_axis_name(axis_name)
     rate = _check_update_options(rate, low, high, dtype)
     limit = base.check_positive("limit", limit, dtype)
 
@@ -281,7 +286,7 @@ def percentile_scale_reward(
         return reward / percentile_scale(state.percentiles, limit)
 
     def normalize(state: PercentileScaleRewardState, reward) -> jax.Array:
-        base.check_step_shapes(check_state(state), reward)
+        base.check_step_inputs(check_state(state), reward)
         return scale(state, jnp.asarray(reward, dtype))
 
     def merge(percentiles, ret, valid):

@@ -44,6 +44,7 @@ for the formulas and the bias correction.
 import functools
 import math
 import operator
+from collections.abc import Hashable
 
 import jax
 import jax.numpy as jnp
@@ -172,7 +173,12 @@ def default_dtype() -> np.dtype:
 
 def check_dtype(dtype) -> np.dtype:
     """The statistics dtype: float32 or float64, never lower."""
-    dtype = default_dtype() if dtype is None else jnp.dtype(dtype)
+    try:
+        dtype = default_dtype() if dtype is None else jnp.dtype(dtype)
+    except TypeError as error:
+        raise TypeError(
+            f"dtype should be float32, float64 or None (the default), got dtype={dtype!r}."
+        ) from error
     if dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float64)):
         raise ValueError(
             f"dtype={dtype} is not supported for statistics: use float32 or "
@@ -262,9 +268,61 @@ def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
 
 def _entries(batch, num_batch_axes: int, axis_name) -> int:
     """Entries per statistic that all participants along ``axis_name`` reduce together."""
-    # psum of a Python 1 is the (static) number of participants along axis_name.
-    participants = 1 if axis_name is None else jax.lax.psum(1, axis_name)
-    return participants * math.prod(batch.shape[:num_batch_axes])
+    return participants(axis_name) * math.prod(batch.shape[:num_batch_axes])
+
+
+def participants(axis_name) -> int:
+    """The number of participants along ``axis_name`` (1 for ``None``), known at trace time.
+
+    Every function with an ``axis_name`` calls it before its first collective,
+    so a name that no enclosing map binds is a ValueError that says which maps
+    bind it, not JAX's ``NameError`` from inside a collective. A ``psum`` of a
+    Python 1 is the axis size as a Python int: nothing enters the compiled code.
+
+    Raises:
+      ValueError: if a name is not bound by an enclosing ``jax.vmap``,
+        ``jax.pmap`` or ``shard_map``.
+    """
+    axis_name = check_axis_name(axis_name)
+    names = axis_name if isinstance(axis_name, tuple) else () if axis_name is None else (axis_name,)
+    size = 1
+    for name in names:
+        try:
+            size *= jax.lax.psum(1, name)
+        except NameError as error:
+            raise ValueError(
+                f"axis_name={axis_name!r}: no map binds the axis {name!r} here. Call the "
+                f"function inside a map that names it: jax.vmap(..., axis_name={name!r}), "
+                f"jax.pmap(..., axis_name={name!r}) or shard_map over a mesh with an axis "
+                f"{name!r}; or use axis_name=None for statistics of this batch alone."
+            ) from error
+    return size
+
+
+def check_axis_name(axis_name):
+    """``axis_name`` checked: ``None``, a name, or a tuple of names (a list becomes one).
+
+    A name is any hashable but an integer, which JAX's collectives read as a
+    positional axis, not as the name of a map's axis.
+
+    Raises:
+      TypeError: naming the value.
+    """
+    if isinstance(axis_name, list):
+        axis_name = tuple(axis_name)
+    for name in axis_name if isinstance(axis_name, tuple) else (axis_name,):
+        positional = isinstance(name, (int, np.integer))  # bool included
+        if positional or not isinstance(name, Hashable):
+            raise TypeError(
+                "axis_name should be None, the name of a mapped axis (a string, as given to "
+                f"jax.vmap, jax.pmap or a mesh) or a tuple of names, got axis_name={axis_name!r}"
+                + (
+                    " (JAX's collectives read an integer as a positional axis)."
+                    if positional
+                    else "."
+                )
+            )
+    return axis_name
 
 
 def make_reduce(num_batch_axes: int, axis_name=None):
@@ -518,6 +576,7 @@ def merge_batch(
       ``(merged, then(merged) or None)``.
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
+    participants(axis_name)  # before the first collective
     shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
     sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name, unselected_alike)
     batch_size = None if mask is not None else _entries(batch, num_batch_axes, axis_name)
@@ -581,7 +640,10 @@ def update(
 
     Raises:
       ValueError: if the batch's trailing axes are not the statistics' shape,
-        or the mask's shape differs from the batch's.
+        the mask's shape differs from the batch's, or no enclosing map binds
+        ``axis_name``.
+      TypeError: for a batch that is not real numbers (complex ones included)
+        or a mask that is not numbers.
 
     Example:
       >>> stats = update(init_stats(), jnp.array([1.0, 2.0, 3.0]))
@@ -589,7 +651,7 @@ def update(
       (2.0, 0.667)
     """
     check_stats(stats)
-    batch = jnp.asarray(batch, stats.mean.dtype)
+    batch = jnp.asarray(base.check_reward("batch", batch), stats.mean.dtype)
     num_batch_axes = batch.ndim - stats.mean.ndim
     if num_batch_axes < 0 or batch.shape[num_batch_axes:] != stats.mean.shape:
         raise ValueError(
@@ -597,7 +659,7 @@ def update(
             f"shape {stats.mean.shape}."
         )
     if mask is not None:
-        mask = jnp.asarray(mask, bool)
+        mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != batch.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
     return merge_batch(stats, batch, mask, axis_name=axis_name)[0]
@@ -612,8 +674,17 @@ def check_stats(stats) -> None:
 
 
 def count_as_int(stats: RunningStats) -> np.ndarray:
-    """The exact number of samples seen (prior excluded), as host integers."""
+    """The exact number of samples seen (prior excluded), as host integers.
+
+    Raises:
+      TypeError: for statistics traced under ``jit`` (use ``stats.count`` there).
+    """
     check_stats(stats)
+    if isinstance(stats.count_words, jax.core.Tracer):
+        raise TypeError(
+            "count_as_int reads the count on the host: call it outside jit, or use "
+            "stats.count (a float of the statistics dtype) inside."
+        )
     return np.asarray(stats.count_hi, np.uint64) * np.uint64(2**32) + np.asarray(
         stats.count_lo, np.uint64
     )

@@ -12,7 +12,7 @@ from typing import TypeVar
 import jax
 import numpy as np
 
-from rewardnorm_jax._src.base import is_real
+from rewardnorm_jax._src.base import check_bool, is_real
 
 _RESETS = ("never", "terminated", "done")
 _Flag = TypeVar("_Flag", bool, np.ndarray, jax.Array)
@@ -44,15 +44,14 @@ class Semantics:
     def __post_init__(self):
         if not isinstance(self.name, str):
             raise TypeError(f"name should be a string, got name={self.name!r}.")
-        if not isinstance(self.freeze_stops_return, bool):
-            raise TypeError(
-                "freeze_stops_return should be a bool, got "
-                f"freeze_stops_return={self.freeze_stops_return!r}."
-            )
+        # A truthy string ("no") would silently stop the return; a NumPy bool is a bool.
+        object.__setattr__(
+            self, "freeze_stops_return", check_bool("freeze_stops_return", self.freeze_stops_return)
+        )
         # A clip <= 0 (or NaN) would zero or flip every normalized reward.
         if self.clip is not None and not (is_real(self.clip) and self.clip > 0):
             raise ValueError(f"clip should be a positive number or None, got clip={self.clip!r}.")
-        """Checks that both reset switches name a known reset."""
+        # Both reset switches must name a known reset.
         for field in ("reset_before", "reset_after"):
             if getattr(self, field) not in _RESETS:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be one of {_RESETS}.")
@@ -83,13 +82,14 @@ PUREJAXRL = Semantics("purejaxrl", reset_before="done", reset_after="never")
 PRESETS = {s.name: s for s in (GYMNASIUM, GYMNASIUM_SAME_STEP, SB3, PUREJAXRL)}
 
 
-def resolve(semantics: "str | Semantics") -> Semantics:
+def resolve(semantics: object) -> Semantics:
     """A :class:`Semantics` from a preset name or an instance."""
     if isinstance(semantics, Semantics):
         return semantics
-    if semantics not in PRESETS:
+    preset = PRESETS.get(semantics) if isinstance(semantics, str) else None
+    if preset is None:  # a list, for one, would fail to hash inside the lookup
         raise ValueError(
             f"semantics={semantics!r} is not known; pick one of {sorted(PRESETS)} "
             "or pass a Semantics(...) instance."
         )
-    return PRESETS[semantics]
+    return preset

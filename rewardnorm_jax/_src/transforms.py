@@ -104,20 +104,30 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
             )
 
     def _member(position, call, *args, **kwargs):
-        """``call(*args, **kwargs)``, its ValueError prefixed with the member's position."""
+        """``call(*args, **kwargs)``, its ValueError or TypeError prefixed with the position."""
         try:
             return call(*args, **kwargs)
         except ValueError as error:
             raise ValueError(f"chain member {position}: {error}") from error
+        except TypeError as error:
+            raise TypeError(f"chain member {position}: {error}") from error
 
     def normalize(state, reward):
         _check(state)
+        base.check_reward("reward", reward)
         for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
             reward = _member(position, transform.normalize, sub_state, reward)
         return reward
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         _check(state)
+        base.check_step_kinds(  # before any member: the inputs, not a member, are at fault
+            reward,
+            terminated=terminated,
+            truncated=truncated,
+            update_stats=update_stats,
+            active=active,
+        )
         new_state = []
         for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
             reward, sub_state = _member(

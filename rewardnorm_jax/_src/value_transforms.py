@@ -11,7 +11,7 @@ its exact inverse, so a network can be trained on transformed targets
 
 Inputs of any real dtype are accepted: floating inputs keep their dtype,
 integer and boolean inputs are computed in JAX's default float dtype
-(float32, or float64 under x64).
+(float32, or float64 under x64). Complex inputs are refused (a TypeError).
 
 The ``*_reward`` factories wrap the forward functions as stateless
 :class:`~rewardnorm_jax.RewardTransform` objects for :func:`~rewardnorm_jax.chain`.
@@ -25,9 +25,13 @@ import jax.numpy as jnp
 from rewardnorm_jax._src import base
 
 
-def _as_float(x: jax.typing.ArrayLike) -> jax.Array:
-    """``x`` as an array of a floating dtype: its own if floating, else the default float."""
-    x = jnp.asarray(x)
+def _as_float(x: jax.typing.ArrayLike, name: str = "x") -> jax.Array:
+    """``x`` as an array of a floating dtype: its own if floating, else the default float.
+
+    Raises:
+      TypeError: for complex values (no sign to keep) or anything but real numbers.
+    """
+    x = jnp.asarray(base.check_reward(name, x))
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return x
     return x.astype(jnp.result_type(float))
@@ -131,7 +135,7 @@ def signed_parabolic(y: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Arra
       -50.0
     """
     eps = _check_eps(eps)
-    y = _as_float(y)
+    y = _as_float(y, "y")
     base.check_fits("eps", eps, y.dtype, may_vanish=True)
     h = jnp.abs(y)
     b = 1.0 + 2.0 * eps
