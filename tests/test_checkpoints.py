@@ -443,3 +443,109 @@ def test_crafted_statistics_with_a_valid_checksum_are_refused(transform, field, 
         rn.load_state(state, rn.save_state(with_quantity(state, field, value)))
     saturated = with_quantity(state, "m2", jnp.inf)  # a saturated M is a state updates reach
     assert_bit_identical(rn.load_state(state, rn.save_state(saturated)), saturated)
+
+
+def _set(state, path, value):
+    """``state`` with the leaf at ``path`` (attribute names, or an index into a tuple) replaced."""
+    head, *rest = path
+    if isinstance(head, int):
+        return tuple(_set(s, rest, value) if i == head else s for i, s in enumerate(state))
+    if not rest:
+        return state.replace(**{head: jnp.full_like(getattr(state, head), value)})
+    return state.replace(**{head: _set(getattr(state, head), rest, value)})
+
+
+CRAFTED = {
+    # A g_max state whose running maximum is NaN normalizes every later reward to NaN.
+    "g_max nan": (
+        lambda: rn.normalize_reward(g_max=10.0),
+        ("ret_abs_max",),
+        float("nan"),
+        r"state.ret_abs_max holds nan; expected a running maximum of \|G\| >= 0",
+    ),
+    "g_max negative": (
+        lambda: rn.normalize_reward(g_max=10.0, shared=False),
+        ("ret_abs_max",),
+        -1.0,
+        r"state.ret_abs_max holds -1.0",
+    ),
+    # A NaN return enters every later merge: the variance saturates for good.
+    "return nan": (
+        lambda: rn.normalize_reward(),
+        ("ret",),
+        float("nan"),
+        r"state.ret holds nan; expected a return that is not NaN",
+    ),
+    # A NaN percentile makes the divisor, and every later reward, NaN.
+    "percentile nan": (
+        lambda: rn.percentile_scale_reward(),
+        ("percentiles", "high"),
+        float("nan"),
+        r"state.percentiles.high holds nan; expected a finite moving percentile",
+    ),
+    "percentile inf": (
+        lambda: rn.percentile_scale_reward(),
+        ("percentiles", "low"),
+        float("inf"),
+        r"state.percentiles.low holds inf; expected a finite moving percentile",
+    ),
+    "percentiles out of order": (
+        lambda: rn.percentile_scale_reward(),
+        ("percentiles", "low"),
+        1e6,
+        r"state.percentiles.low holds 1000000.0; expected a low percentile <= the high one \(",
+    ),
+    "percentile return nan": (
+        lambda: rn.percentile_scale_reward(),
+        ("ret",),
+        float("nan"),
+        r"state.ret holds nan",
+    ),
+    "chain member": (
+        lambda: rn.chain(rn.check_finite_reward(), rn.normalize_reward(g_max=10.0)),
+        (1, "ret_abs_max"),
+        float("nan"),
+        r"state\[1\].ret_abs_max holds nan",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CRAFTED))
+def test_crafted_states_with_a_valid_checksum_are_refused_by_field(name):
+    factory, path, value, message = CRAFTED[name]
+    transform = factory()
+    state = stepped(transform)
+    crafted = _set(state, path, value)
+    with pytest.raises(ValueError, match=message):
+        rn.load_state(transform.init((4,)), rn.save_state(crafted, transform.config))
+
+
+def test_a_crafted_rounding_error_that_makes_the_variance_negative_is_refused():
+    state = stepped(rn.normalize_reward())
+    m2 = float(state.stats.m2)
+    moments = state.stats.moments.at[3].set(-2.0 * m2)  # m2 + m2_low < 0: a NaN divisor
+    crafted = state.replace(stats=state.stats.replace(moments=moments))
+    with pytest.raises(ValueError, match=r"state.stats.m2_low holds .*; expected a rounding error"):
+        rn.load_state(state, rn.save_state(crafted))
+
+
+def test_the_percentile_state_alone_is_checked_too():
+    state = rn.update_percentiles(rn.init_percentiles(), jnp.arange(10.0), rate=0.5)
+    assert_bit_identical(rn.load_state(state, rn.save_state(state)), state)
+    with pytest.raises(ValueError, match=r"state.low holds nan"):
+        rn.load_state(state, rn.save_state(state.replace(low=jnp.float32(jnp.nan))))
+
+
+def test_overflowed_returns_are_states_a_run_reaches_and_load():
+    """Returns past float32's range become inf (the variance saturates): such states load."""
+    norm = rn.normalize_reward(g_max=10.0)
+    state = norm.init((2,))
+    for _ in range(20):
+        _, state = norm.step(state, jnp.array([3e37, 1.0]))
+    assert np.isinf(state.ret[0])
+    assert np.isinf(state.ret_abs_max)
+    assert np.isinf(state.stats.var)
+    loaded = rn.load_state(norm.init((2,)), rn.save_state(state, norm.config), norm.config)
+    assert_bit_identical(loaded, state)
+    out, _ = norm.step(loaded, jnp.array([1.0, 1.0]), jnp.array([True, False]))
+    assert not np.isnan(out).any()

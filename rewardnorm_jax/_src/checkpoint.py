@@ -28,6 +28,8 @@ import numpy as np
 from flax import serialization
 
 from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src.normalize import NormalizeRewardState
+from rewardnorm_jax._src.percentile import PercentileScaleRewardState, PercentileState
 
 FORMAT = "rewardnorm_jax.state"
 VERSION = 2
@@ -161,12 +163,23 @@ def _pack_v1_stats(tree):
     return tree
 
 
+def _refuse_where(name: str, values, bad, expected: str) -> None:
+    """Raises a ValueError naming ``name`` and its first value where ``bad`` holds."""
+    values, bad = np.asarray(values), np.asarray(bad)
+    if np.any(bad):
+        value = np.broadcast_to(values, bad.shape)[bad].flat[0].item()
+        raise ValueError(f"{name} holds {value!r}; expected {expected}.")
+
+
 def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
     r"""Raises a ValueError unless ``stats`` holds values a merge can produce.
 
     The mean and the rounding-error terms are finite, :math:`M` is in
-    :math:`[0, +\infty]` (``+inf`` once saturated, never NaN) and the weight
-    of exponential moving statistics is positive and finite.
+    :math:`[0, +\infty]` (``+inf`` once saturated, never NaN) and so is
+    :math:`M` with its rounding error, ``m2 + m2_low`` (the variance's
+    numerator: a negative one makes the divisor NaN), and the weight of
+    exponential moving statistics is positive and finite. Any count is one
+    some number of updates reaches.
 
     Example:
       >>> stats = rs.init_stats()
@@ -185,22 +198,89 @@ def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
         rules.append(("weight", lambda w: np.isfinite(w) & (w > 0), "a positive, finite weight"))
     for field, rule, expected in rules:
         values = np.asarray(getattr(stats, field))
-        bad = ~rule(values)
-        if np.any(bad):
-            raise ValueError(
-                f"{name}.{field} holds {values[bad].flat[0].item()!r}; expected {expected}."
-            )
+        _refuse_where(f"{name}.{field}", values, ~rule(values), expected)
+    m2, m2_low = np.asarray(stats.m2), np.asarray(stats.m2_low)
+    with np.errstate(over="ignore"):
+        total = m2 + m2_low  # in the statistics dtype, as the variance is computed
+    _refuse_where(
+        f"{name}.m2_low",
+        m2_low,
+        ~(total >= 0),
+        f"a rounding error that keeps m2 + m2_low >= 0 (m2 is {m2.flat[0].item()!r} there)"
+        if m2.size == 1
+        else "a rounding error that keeps m2 + m2_low >= 0",
+    )
 
 
-def _is_stats(node) -> bool:
-    return isinstance(node, rs.RunningStats)
+def check_return(ret, name: str = "ret") -> None:
+    """Raises a ValueError if a tracked discounted return is NaN.
+
+    A step never makes the return NaN: non-finite rewards are left out of it.
+    It can overflow to ``+-inf`` (returns beyond the dtype's range), which
+    saturates the statistics as it does in a run, so infinities load.
+    """
+    values = np.asarray(ret)
+    _refuse_where(
+        name, values, np.isnan(values), "a return that is not NaN (+-inf once overflowed)"
+    )
+
+
+def _check_normalize_reward_state(state: NormalizeRewardState, name: str) -> None:
+    """The return, and the running maximum of ``|G|`` of ``g_max``, in ``[0, +inf]``."""
+    check_return(state.ret, f"{name}.ret")
+    if state.ret_abs_max is not None:
+        values = np.asarray(state.ret_abs_max)
+        _refuse_where(
+            f"{name}.ret_abs_max",
+            values,
+            ~(values >= 0),
+            "a running maximum of |G| >= 0 (+inf once a return overflowed), never NaN",
+        )
+
+
+def _check_percentile_scale_reward_state(state: PercentileScaleRewardState, name: str) -> None:
+    check_return(state.ret, f"{name}.ret")
+
+
+def _check_percentile_state(state: PercentileState, name: str) -> None:
+    """Finite averages, the low one at most the high one (every update keeps that order)."""
+    low, high = np.asarray(state.low), np.asarray(state.high)
+    _refuse_where(f"{name}.low", low, ~np.isfinite(low), "a finite moving percentile")
+    _refuse_where(f"{name}.high", high, ~np.isfinite(high), "a finite moving percentile")
+    _refuse_where(
+        f"{name}.low",
+        low,
+        ~(low <= high),
+        f"a low percentile <= the high one ({name}.high holds {high.flat[0].item()!r})"
+        if high.size == 1
+        else "a low percentile <= the high one",
+    )
+
+
+# What every state type load_state restores may hold: a check of its own fields
+# (the states nested in it are checked by their own entries).
+_VALUE_CHECKS: dict[type, Callable[[Any, str], None]] = {
+    rs.RunningStats: check_statistics,
+    NormalizeRewardState: _check_normalize_reward_state,
+    PercentileScaleRewardState: _check_percentile_scale_reward_state,
+    PercentileState: _check_percentile_state,
+}
 
 
 def _check_values(state) -> None:
-    """:func:`check_statistics` for every set of statistics in ``state``, named by path."""
-    for path, node in jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_stats)[0]:
-        if _is_stats(node):
-            check_statistics(node, "state" + jax.tree_util.keystr(path))
+    """Checks every state of a known type in ``state`` (:data:`_VALUE_CHECKS`), named by path.
+
+    The other leaves (``CheckFiniteRewardState.step``, any count word, the
+    arrays of an arbitrary pytree) hold no value a run cannot reach.
+    """
+    for kind, check in _VALUE_CHECKS.items():
+
+        def is_kind(node, kind=kind) -> bool:
+            return isinstance(node, kind)
+
+        for path, node in jax.tree_util.tree_flatten_with_path(state, is_leaf=is_kind)[0]:
+            if is_kind(node):
+                check(node, "state" + jax.tree_util.keystr(path))
 
 
 def _v1_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
@@ -288,8 +368,10 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
       ValueError: if ``data`` is truncated, corrupt (checksum) or not such a
         checkpoint, or if its structure, shapes, dtypes, static fields or
         metadata differ from the template's (the message lists every
-        difference by path), or if it holds statistics no update produces
-        (:func:`check_statistics`).
+        difference by path), or if it holds values no step produces, named
+        by path: statistics (:func:`check_statistics`), a NaN return, a
+        negative or NaN running maximum of ``|G|`` (``g_max``), or moving
+        percentiles that are not finite or not ordered (low <= high).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data should be the bytes from save_state, got {type(data).__name__}.")
