@@ -15,13 +15,11 @@ wrapper's own work dominates. For each setting the script times, in turn
 ours adds at most half of what Gymnasium's single-env wrapper adds, and the
 vector adapter is faster than Gymnasium's from 64 environments on.
 
-Run ``python benchmarks/gymnasium_overhead.py --help`` for the options; the
+Run ``python -m benchmarks.gymnasium_overhead --help`` for the options; the
 defaults finish in well under two minutes.
 """
 
 import argparse
-import os
-import sys
 
 import gymnasium as gym
 import jax
@@ -32,11 +30,9 @@ from gymnasium.wrappers import NormalizeReward as GymNormalizeReward
 from gymnasium.wrappers.vector import NormalizeReward as GymVectorNormalizeReward
 
 import rewardnorm_jax as rn
+from benchmarks import _timing
 from rewardnorm_jax.gymnasium import NormalizeReward
 from rewardnorm_jax.gymnasium.vector import NormalizeReward as VectorNormalizeReward
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _timing
 
 NUM_ENVS = (1, 8, 64, 256, 1024, 4096)
 PERIOD = 64  # rows of precomputed rewards and flags the trivial envs cycle through

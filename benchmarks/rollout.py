@@ -18,8 +18,8 @@ an exact count and carries rounding errors. Overheads are relative to
 
 Usage::
 
-    python benchmarks/rollout.py                     # CartPole-v1, Pendulum-v1, 4096 x 500
-    python benchmarks/rollout.py --envs 1024 --steps 100 --markdown
+    python -m benchmarks.rollout                     # CartPole-v1, Pendulum-v1, 4096 x 500
+    python -m benchmarks.rollout --envs 1024 --steps 100 --markdown
 """
 
 import argparse
@@ -28,9 +28,9 @@ import functools
 import gymnax
 import jax
 import jax.numpy as jnp
-from _timing import add_common_args, compare, print_results
-from stream import GAMMA, inline_init, inline_step
 
+from benchmarks._timing import add_common_args, compare, print_results
+from benchmarks.stream import GAMMA, inline_init, inline_step
 from rewardnorm_jax.gymnax import NormalizeReward, VecEnv
 
 

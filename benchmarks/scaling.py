@@ -12,15 +12,23 @@ level off, the cost has become linear in ``N`` (memory traffic).
 
 Usage::
 
-    python benchmarks/scaling.py                     # N = 1 ... 1048576
-    python benchmarks/scaling.py --max-envs 65536 --markdown
+    python -m benchmarks.scaling                     # N = 1 ... 1048576
+    python -m benchmarks.scaling --max-envs 65536 --markdown
 """
 
 import argparse
 
 import jax.numpy as jnp
-from _timing import add_common_args, compare, print_results
-from stream import default_scan, fast_scan, floor_scan, make_stream, naive_scan, ours_scan
+
+from benchmarks._timing import add_common_args, compare, print_results
+from benchmarks.stream import (
+    default_scan,
+    fast_scan,
+    floor_scan,
+    make_stream,
+    naive_scan,
+    ours_scan,
+)
 
 MAX_ELEMENTS = 2**24  # T * N of the largest stream
 

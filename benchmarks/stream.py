@@ -37,8 +37,8 @@ caches); ``gymnasium/ours`` comes from the second group.
 
 Usage::
 
-    python benchmarks/stream.py                      # N = 64, 1024, 4096, 65536
-    python benchmarks/stream.py --sizes 4096 --markdown
+    python -m benchmarks.stream                      # N = 64, 1024, 4096, 65536
+    python -m benchmarks.stream --sizes 4096 --markdown
 """
 
 import argparse
@@ -47,11 +47,11 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _timing import add_common_args, compare, loop_kernels, print_results
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers.vector import NormalizeReward as GymnasiumNormalizeReward
 
 import rewardnorm_jax as rn
+from benchmarks._timing import add_common_args, compare, loop_kernels, print_results
 
 GAMMA = 0.99
 EPSILON = 1e-8

@@ -5,9 +5,6 @@ from hypothesis import settings
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, TESTS)
-# The benchmark scripts: smoke-run by the suite, and their PureJaxRL-style
-# normalizer is the reference the gymnax adapter tests compare with.
-sys.path.insert(0, os.path.join(os.path.dirname(TESTS), "benchmarks"))
 
 # The suite draws the same hypothesis examples on every run, so a result is
 # reproducible on any machine. HYPOTHESIS_PROFILE=explore draws fresh random

@@ -37,7 +37,7 @@ def assert_positive_numbers(cells):
 
 
 def run_main(module_name, argv, capsys) -> str:
-    importlib.import_module(module_name).main(argv)
+    importlib.import_module(f"benchmarks.{module_name}").main(argv)
     return capsys.readouterr().out
 
 

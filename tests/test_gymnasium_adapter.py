@@ -5,9 +5,7 @@ changed only the constructor checks there, tested here from their messages).
 """
 
 import copy
-import importlib.util
 import math
-import os
 import pickle
 from typing import Any
 
@@ -20,6 +18,7 @@ from gymnasium.error import InvalidBound
 from gymnasium.wrappers.utils import RunningMeanStd as GymRunningMeanStd
 
 import rewardnorm_jax as rn
+from benchmarks import gymnasium_overhead
 from rewardnorm_jax.gymnasium import ClipReward, NormalizeReward, RunningMeanStd, TransformReward
 
 RTOL = 1e-12  # agreement with Gymnasium: float64 rounding (the golden tolerance)
@@ -545,14 +544,10 @@ def test_hyperparameters_assigned_later_are_checked(name, value):
 
 
 def test_benchmark_script_runs_with_tiny_sizes(capsys):
-    """Smoke test of benchmarks/gymnasium_overhead.py (no timing asserted)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "gymnasium_overhead.py")
-    spec = importlib.util.spec_from_file_location("gymnasium_overhead", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.main(["--steps", "3", "--repeats", "1", "--num-envs", "1", "16", "--markdown"])
+    """Smoke test of ``python -m benchmarks.gymnasium_overhead`` (no timing asserted)."""
+    gymnasium_overhead.main(
+        ["--steps", "3", "--repeats", "1", "--num-envs", "1", "16", "--markdown"]
+    )
     out = capsys.readouterr().out
     assert "| rewardnorm_jax.gymnasium.NormalizeReward |" in out
     assert "| num_envs | bare env | Gymnasium added | ours added |" in out

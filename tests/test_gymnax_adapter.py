@@ -11,9 +11,9 @@ import pytest
 from flax import serialization
 from gymnax.wrappers.compat import LegacyStepAPIWrapper
 from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, LogWrapper
-from stream import inline_init, inline_step
 
 import rewardnorm_jax as rn
+from benchmarks.stream import inline_init, inline_step
 from rewardnorm_jax import gymnax as rgx
 
 NUM_ENVS = 1024

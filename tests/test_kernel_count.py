@@ -13,10 +13,10 @@ import re
 import jax
 import jax.numpy as jnp
 import pytest
-import stream
-from _timing import loop_body, loop_kernels
 
 import rewardnorm_jax as rn
+from benchmarks import stream
+from benchmarks._timing import loop_body, loop_kernels
 
 STEPS = 16  # the loop body does not depend on the stream's length
 # XLA:CPU runs a scan body of at most this many kernels inline on the calling
