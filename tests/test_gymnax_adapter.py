@@ -656,7 +656,7 @@ def test_flags_of_another_shape_or_type_are_refused_by_name():
         wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params, "False")
     with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
         rgx.set_update_stats(state, jnp.ones(4, bool))
-    with pytest.raises(ValueError, match=r"update_stats should be a boolean.*'False'"):
+    with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
         rgx.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
     with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
         rgx.NormalizeReward(env, per_env="no")  # type: ignore[arg-type]  # on purpose
@@ -665,3 +665,14 @@ def test_flags_of_another_shape_or_type_are_refused_by_name():
     _, batched = per_env.reset(keys, params)
     flags = jnp.array([True, False, True, False])
     np.testing.assert_array_equal(rgx.set_update_stats(batched, flags).update_stats, flags)
+
+
+def test_an_axis_name_no_map_binds_is_refused_at_the_reset():
+    env, params = gymnax.make("CartPole-v1")
+    unnamed = rgx.VecEnv(rgx.NormalizeReward(env, axis_name="envs"))  # VecEnv names no axis
+    keys = jax.random.split(jax.random.key(0), 4)
+    with pytest.raises(ValueError, match=r"axis_name='envs'.*jax.vmap\(\.\.\., axis_name='envs'\)"):
+        unnamed.reset(keys, params)
+    named = rgx.VecEnv(rgx.NormalizeReward(env, axis_name="envs"), axis_name="envs")
+    _, state = named.reset(keys, params)
+    assert state.transform_state.ret.shape == (4,)

@@ -21,12 +21,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src.base import RewardTransform
-from rewardnorm_jax._src.normalize import _SEMANTICS_DEFAULT as SEMANTICS_CLIP
-from rewardnorm_jax._src.normalize import normalize_reward
+from rewardnorm_jax._src import base
+from rewardnorm_jax._src.base import RewardTransform, check_bool
+from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward
+from rewardnorm_jax._src.running_stats import participants
 
 PyTree = Any
 RAW_REWARD = "raw_reward"  # the key under which an adapter keeps the reward before the transform
@@ -67,7 +67,7 @@ class TransformWrapper:
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-          TypeError: if ``per_env`` is not a bool.
+          TypeError: if ``per_env`` is not a bool or ``axis_name`` is no axis name.
         """
         super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper, next in the MRO
         self._transform = check_transform(transform)
@@ -83,8 +83,10 @@ class TransformWrapper:
         """The transform's initial state for rewards of shape ``batch_shape``.
 
         Raises:
-          ValueError: as :func:`check_placement`.
+          ValueError: as :func:`check_placement`, or for an ``axis_name`` that
+            no enclosing map binds (at the reset, not at the first step).
         """
+        participants(self._axis_name)
         transform_state = self._transform.init(batch_shape)
         check_placement(
             type(self).__name__, batch_shape, transform_state, self._axis_name, self._per_env
@@ -190,17 +192,6 @@ def check_transform(transform: Any) -> RewardTransform:
             f"{type(transform).__name__}."
         )
     return transform
-
-
-def check_bool(name: str, value: Any) -> bool:
-    """A static boolean option as a bool; a truthy string or number is refused.
-
-    Raises:
-      TypeError: naming the option and its value.
-    """
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} should be a bool, got {name}={value!r}.")
-    return bool(value)
 
 
 def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.Array:
@@ -359,7 +350,8 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
 
     Raises:
       ValueError: if the state holds no transform state, or ``update_stats``
-        is not a boolean of shape ``()`` or of the state's flag.
+        has a shape other than ``()`` or the state's flag's.
+      TypeError: if ``update_stats`` is no flag (a string, a complex number).
     """
     transform_state, current = _read(state)
     shape = jnp.shape(current)
@@ -370,30 +362,17 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
 def check_flag(
     name: str, value: jax.typing.ArrayLike, shapes: tuple[tuple[int, ...], ...] = ((),)
 ) -> jax.Array:
-    """A boolean flag as a bool array, after checking its type and shape.
-
-    Booleans and numbers (an environment's ``done`` may be a float) are read as
-    ``value != 0``; strings and other objects are refused, since
-    ``"False"`` would read as true.
+    """A flag (:func:`~rewardnorm_jax._src.base.check_flag`) of one of ``shapes``, as bools.
 
     Raises:
-      ValueError: naming the flag, its value or shape, and what is valid.
+      TypeError: for a value that is no flag (a string, a complex number).
+      ValueError: naming the flag, its shape and the valid shapes.
     """
-    dtype = jnp.result_type(value) if _is_numeric(value) else None
-    if dtype is None or jnp.issubdtype(dtype, jnp.complexfloating):
-        raise ValueError(
-            f"{name} should be a boolean (Python, NumPy or JAX), got {name}={value!r}."
-        )
+    base.check_flag(name, value)
     if jnp.shape(value) not in shapes:
         valid = " or ".join(str(shape) for shape in dict.fromkeys(shapes))
         raise ValueError(f"{name} should have shape {valid}, got shape {jnp.shape(value)}.")
     return jnp.asarray(value, bool)
-
-
-def _is_numeric(value: Any) -> bool:
-    if isinstance(value, (bool, int, float, complex, np.generic, np.ndarray, jax.Array)):
-        return np.dtype(getattr(value, "dtype", type(value))).kind in "biufc"
-    return False
 
 
 def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:

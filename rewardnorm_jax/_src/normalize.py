@@ -14,7 +14,7 @@ from rewardnorm_jax._src import base, formulas
 from rewardnorm_jax._src import running_stats as rs
 from rewardnorm_jax._src import semantics as sem_lib
 
-_SEMANTICS_DEFAULT = object()
+SEMANTICS_CLIP = object()  # ``clip`` left out: the semantics' own bound
 
 
 class NormalizeRewardState(struct.PyTreeNode):
@@ -144,7 +144,7 @@ def normalize_reward(
     epsilon: base.Real = 1e-8,
     *,
     semantics: "str | sem_lib.Semantics" = "gymnasium",
-    clip=_SEMANTICS_DEFAULT,
+    clip=SEMANTICS_CLIP,
     dtype=None,
     axis_name=None,
     decay=None,
@@ -283,7 +283,7 @@ def normalize_reward(
     # epsilon = 0 (or a value that rounds to 0 in dtype) divides by zero while
     # the variance is 0 (constant returns).
     epsilon = base.check_positive("epsilon", epsilon, dtype)
-    clip = semantics.clip if clip is _SEMANTICS_DEFAULT else clip
+    clip = semantics.clip if clip is SEMANTICS_CLIP else clip
     clip = None if clip is None else base.check_positive("clip", clip, dtype, allow_inf=True)
     decay = rs.check_decay(decay, dtype)
     # g_max <= 0 divides by zero or flips the sign of the floor.
