@@ -28,8 +28,8 @@ from rewardnorm_jax._src.running_stats import (
     RunningStats,
     count_as_int,
     init_stats,
+    merge_stats,
 )
-from rewardnorm_jax._src.running_stats import update as merge_stats
 from rewardnorm_jax._src.semantics import Semantics
 from rewardnorm_jax._src.transforms import (
     chain,

@@ -117,6 +117,24 @@ class RewardTransform(NamedTuple):
     config: Config = NO_CONFIG
 
 
+def transform_from_step(
+    init: InitFn, normalize: NormalizeFn, step: StepFn, config: Config = NO_CONFIG
+) -> RewardTransform:
+    """A :class:`RewardTransform` whose ``update`` is ``step``'s new state.
+
+    ``update(state, reward, terminated, truncated, *, active)`` is
+    ``step(state, reward, terminated, truncated, active=active)[1]``: the
+    statistics learn (``update_stats=True``) and the transformed reward is
+    dropped. The stateful transforms and :func:`~rewardnorm_jax.chain` are
+    built by it, so their ``update`` and ``step`` never disagree.
+    """
+
+    def update(state, reward, terminated=False, truncated=False, *, active=None):
+        return step(state, reward, terminated, truncated, active=active)[1]
+
+    return RewardTransform(init, update, normalize, step, config)
+
+
 def make_config(name: str, **hyperparameters) -> Config:
     """A transform's ``config``: its name, then its hyperparameters."""
     return Config({"transform": name, **hyperparameters})

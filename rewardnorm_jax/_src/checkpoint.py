@@ -171,7 +171,7 @@ def _refuse_where(name: str, values, bad, expected: str) -> None:
         raise ValueError(f"{name} holds {value!r}; expected {expected}.")
 
 
-def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
+def check_stats_values(stats: rs.RunningStats, name: str = "stats") -> None:
     r"""Raises a ValueError unless ``stats`` holds values a merge can produce.
 
     The mean and the rounding-error terms are finite, :math:`M` is in
@@ -183,7 +183,7 @@ def check_statistics(stats: rs.RunningStats, name: str = "stats") -> None:
 
     Example:
       >>> stats = rs.init_stats()
-      >>> check_statistics(stats.replace(moments=jnp.array([0.0, 0.0, -1.0, 0.0])))
+      >>> check_stats_values(stats.replace(moments=jnp.array([0.0, 0.0, -1.0, 0.0])))
       Traceback (most recent call last):
       ...
       ValueError: stats.m2 holds -1.0; expected M >= 0 (+inf when saturated).
@@ -260,7 +260,7 @@ def _check_percentile_state(state: PercentileState, name: str) -> None:
 # What every state type load_state restores may hold: a check of its own fields
 # (the states nested in it are checked by their own entries).
 _VALUE_CHECKS: dict[type, Callable[[Any, str], None]] = {
-    rs.RunningStats: check_statistics,
+    rs.RunningStats: check_stats_values,
     NormalizeRewardState: _check_normalize_reward_state,
     PercentileScaleRewardState: _check_percentile_scale_reward_state,
     PercentileState: _check_percentile_state,
@@ -369,7 +369,7 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
         checkpoint, or if its structure, shapes, dtypes, static fields or
         metadata differ from the template's (the message lists every
         difference by path), or if it holds values no step produces, named
-        by path: statistics (:func:`check_statistics`), a NaN return, a
+        by path: statistics (:func:`check_stats_values`), a NaN return, a
         negative or NaN running maximum of ``|G|`` (``g_max``), or moving
         percentiles that are not finite or not ordered (low <= high).
     """

@@ -114,8 +114,5 @@ def check_finite_reward(*, axis_name=None) -> base.RewardTransform:
         reward = check(state.step, reward, active)
         return reward, CheckFiniteRewardState(step=state.step + jnp.uint32(1))
 
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
-        return step(state, reward, terminated, truncated, active=active)[1]
-
     config = base.make_config("check_finite_reward")
-    return base.RewardTransform(init, update, normalize, step, config)
+    return base.transform_from_step(init, normalize, step, config)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 Array = Any
-Merge = Callable[[Any, Array, Array], Any]
+LearnReturns = Callable[[Any, Array, Array], Any]
 
 
 def select(xp, condition, x, y):
@@ -93,12 +93,12 @@ def return_step(
     *,
     gamma,
     semantics,
-    merge: Merge,
+    learn_returns: LearnReturns,
 ):
     r"""One environment step of the return recurrence and its statistics.
 
     Advances the return with :func:`discounted_return`, lets
-    ``merge(stats, G', mask)`` fold the returns selected by ``valid &
+    ``learn_returns(stats, G', mask)`` fold the returns selected by ``valid &
     update_stats`` into the statistics, then applies the freeze rule and the
     post-update reset of ``semantics`` (a
     :class:`~rewardnorm_jax.Semantics`). The JAX transforms call it on
@@ -108,7 +108,7 @@ def return_step(
     Args:
         xp: array namespace.
         ret: current return ``G``.
-        stats: the statistics, passed to ``merge`` untouched.
+        stats: the statistics, passed to ``learn_returns`` untouched.
         reward: rewards ``r``.
         terminated: boolean episode flags.
         truncated: boolean episode flags.
@@ -117,7 +117,8 @@ def return_step(
         active: boolean, the environment took part in this step, or ``None``.
         gamma: discount factor.
         semantics: the reset and freeze conventions.
-        merge: ``merge(stats, returns, mask) -> stats``.
+        learn_returns: ``learn_returns(stats, returns, mask) -> stats``, the
+            statistics with the selected returns folded in.
 
     Returns:
         ``(G', stats')``.
@@ -126,7 +127,7 @@ def return_step(
         >>> from rewardnorm_jax._src import semantics as sem
         >>> count = lambda n, g, mask: n + mask
         >>> return_step(np, 1.0, 0, 2.0, False, False, True, True, None, gamma=0.5,
-        ...             semantics=sem.GYMNASIUM, merge=count)
+        ...             semantics=sem.GYMNASIUM, learn_returns=count)
         (2.5, 1)
     """
     new_ret = discounted_return(
@@ -138,7 +139,7 @@ def return_step(
         valid,
         active,
     )
-    stats = merge(stats, new_ret, valid & update_stats)
+    stats = learn_returns(stats, new_ret, valid & update_stats)
     if semantics.freeze_stops_return:  # SB3: a frozen step does not accumulate ...
         new_ret = select(xp, update_stats, new_ret, ret)
     # ... but an episode end zeroes the return whether frozen or not.
@@ -157,10 +158,11 @@ def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Two passes (mean first, then deviations), so the moments stay accurate when
     ``|mean| >> std``: the arithmetic of ``numpy.mean`` / ``numpy.var``
     (pairwise sums, the dtype of ``x``), which Gymnasium's ``RunningMeanStd``
-    uses. An infinite entry makes the moments infinite or NaN, which the merge
-    turns into a saturated :math:`M = +\infty`. The host adapters select their
-    batch before calling; the JAX transforms compute their moments from shifted
-    sums instead (:func:`moments_from_shifted_sums`).
+    uses. An infinite entry makes the moments infinite or NaN, which
+    :func:`add_batch_moments` turns into a saturated :math:`M = +\infty`. The
+    host adapters select their batch before calling; the JAX transforms
+    compute their moments from shifted sums instead
+    (:func:`moments_from_shifted_sums`).
 
     Args:
         x: values, shape ``(n_b, ...)`` with ``n_b > 0``.
@@ -178,7 +180,7 @@ def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.add.reduce(deviation * deviation) / count
 
 
-def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):
+def moments_from_shifted_sums(xp, batch_count, deviation_sum, square_sum, shift):
     r"""Count, mean and population variance of a batch from its shifted sums.
 
     With :math:`d_i = x_i - s` over the :math:`n_b` selected entries (``shift``
@@ -197,7 +199,7 @@ def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):
 
     Args:
         xp: array namespace.
-        count: :math:`n_b`.
+        batch_count: :math:`n_b`.
         deviation_sum: :math:`\sum_i d_i`.
         square_sum: :math:`\sum_i d_i^2`.
         shift: :math:`s`.
@@ -210,18 +212,19 @@ def moments_from_shifted_sums(xp, count, deviation_sum, square_sum, shift):
         >>> [round(float(m), 4) for m in moments]
         [3.0, 2.0, 0.6667]
     """
-    divisor = xp.maximum(count, 1.0)
+    divisor = xp.maximum(batch_count, 1.0)
     mean_deviation = deviation_sum / divisor
     var = xp.maximum(square_sum / divisor - mean_deviation * mean_deviation, 0.0)
-    return count, shift + mean_deviation, var
+    return batch_count, shift + mean_deviation, var
 
 
-def chan_increments(count, mean, batch_count, batch_mean, batch_var):
+def chan_increments(weight, mean, batch_count, batch_mean, batch_var):
     r"""Increments of the running mean and M2 when a batch joins them.
 
     The parallel algorithm of Chan et al. (as in Gymnasium's and SB3's
-    ``RunningMeanStd``), with :math:`\delta = \mu_b - \mu` and
-    :math:`n' = n + n_b`:
+    ``RunningMeanStd``), with :math:`n` the statistics' total weight
+    (``weight``: samples plus the prior, or the discounted weight),
+    :math:`\delta = \mu_b - \mu` and :math:`n' = n + n_b`:
 
     .. math::
         \Delta\mu = \delta \frac{n_b}{n'}, \qquad
@@ -231,14 +234,14 @@ def chan_increments(count, mean, batch_count, batch_mean, batch_var):
     :math:`\sigma'^2 = M' / n'`. Plain arithmetic: works on any numeric type.
 
     Returns:
-        ``(delta_mean, delta_m2, new_count)``.
+        ``(delta_mean, delta_m2, new_weight)``.
     """
-    new_count = count + batch_count
-    ratio = batch_count / new_count
+    new_weight = weight + batch_count
+    ratio = batch_count / new_weight
     delta = batch_mean - mean
     # n n_b / n' first: no intermediate overflows unless the increment does.
-    delta_m2 = batch_var * batch_count + delta * (delta * (count * ratio))
-    return delta * ratio, delta_m2, new_count
+    delta_m2 = batch_var * batch_count + delta * (delta * (weight * ratio))
+    return delta * ratio, delta_m2, new_weight
 
 
 def two_sum(xp, high, low, increment):
@@ -260,14 +263,14 @@ def two_sum(xp, high, low, increment):
     return total, select(xp, error == error, error, 0.0)
 
 
-def merge_moments(xp, mean, mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var):
-    r"""Merges a batch's moments into compensated running statistics.
+def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var):
+    r"""Adds a batch, given by its moments, to compensated running moments.
 
-    The statistics are the mean :math:`\mu` and the sum of squared deviations
-    :math:`M`, each an unevaluated sum of two floats (``mean + mean_low``,
-    ``m2 + m2_low``), and the weight :math:`n` (``count``). The increments of
-    :func:`chan_increments` are added with :func:`two_sum`, so rounding errors
-    are carried instead of lost.
+    The running moments are the mean :math:`\mu` and the sum of squared
+    deviations :math:`M`, each an unevaluated sum of two floats (``mean +
+    mean_low``, ``m2 + m2_low``), of total weight :math:`n` (``weight``). The
+    increments of :func:`chan_increments` (the Chan et al. merge) are added
+    with :func:`two_sum`, so rounding errors are carried instead of lost.
 
     Range: increments that exceed the dtype (returns whose square overflows)
     saturate :math:`M` at ``+inf`` (the variance becomes ``+inf``); a mean
@@ -280,20 +283,21 @@ def merge_moments(xp, mean, mean_low, m2, m2_low, count, batch_count, batch_mean
         mean_low: rounding error carried with ``mean``.
         m2: running sum of squared deviations :math:`M`.
         m2_low: rounding error carried with ``m2``.
-        count: their weight :math:`n` (samples plus the prior's ``1e-4``).
+        weight: their total weight :math:`n` (samples plus the prior's
+            ``1e-4``, or the discounted weight of exponential moving statistics).
         batch_count: number of samples :math:`n_b` in the batch (0 changes nothing).
         batch_mean: the batch's mean :math:`\mu_b`.
         batch_var: the batch's population variance :math:`\sigma_b^2`.
 
     Returns:
-        ``(mean, mean_low, m2, m2_low)`` after the merge.
+        ``(mean, mean_low, m2, m2_low)`` with the batch added.
 
     Example:
-        >>> merge_moments(np, 0.0, 0.0, 1.0, 0.0, 1.0, 1, 2.0, 0.0)  # n = 1, x = 2
+        >>> add_batch_moments(np, 0.0, 0.0, 1.0, 0.0, 1.0, 1, 2.0, 0.0)  # n = 1, x = 2
         (1.0, 0.0, 3.0, 0.0)
     """
     delta_mean, delta_m2, _ = chan_increments(
-        count, mean + mean_low, batch_count, batch_mean, batch_var
+        weight, mean + mean_low, batch_count, batch_mean, batch_var
     )
     mean_finite = abs(delta_mean) < math.inf  # false for +-inf and NaN
     delta_mean = select(xp, mean_finite, delta_mean, 0.0)

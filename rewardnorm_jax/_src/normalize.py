@@ -53,7 +53,7 @@ def semantics_config(semantics: sem_lib.Semantics) -> dict:
     }
 
 
-def return_step(
+def checked_return_step(
     ret,
     stats,
     reward,
@@ -65,28 +65,28 @@ def return_step(
     gamma,
     semantics,
     dtype,
-    merge,
+    learn_returns,
     finite_rewards=False,
 ):
-    """One environment step of a transform driven by the discounted return.
+    """One environment step of a transform driven by the discounted return, inputs checked.
 
-    Checks shapes, casts the inputs, and runs the library's one recurrence,
-    :func:`~rewardnorm_jax._src.formulas.return_step` (the Gymnasium adapters
-    run it on the host): it advances the return, lets
-    ``merge(stats, ret, mask)`` fold the valid returns into the transform's
-    statistics, then applies the freeze rule and the post-update reset of
-    ``semantics``.
+    Checks the inputs' kinds and shapes, casts them, and runs the library's
+    one recurrence, :func:`~rewardnorm_jax._src.formulas.return_step` (the
+    Gymnasium adapters run it on the host): it advances the return, lets
+    ``learn_returns(stats, ret, mask)`` fold the valid returns into the
+    transform's statistics, then applies the freeze rule and the post-update
+    reset of ``semantics``.
 
-    ``update_stats`` false leaves this call's samples out of the merge, so the
-    statistics stay unchanged (a merge of no sample is the identity, bit for
-    bit). Under ``axis_name`` each participant's flag masks its own samples:
-    participants that freeze contribute nothing, the others merge as usual,
-    and every participant still ends with identical statistics.
+    ``update_stats`` false leaves this call's samples out of ``learn_returns``,
+    so the statistics stay unchanged (a merge of no sample is the identity, bit
+    for bit). Under ``axis_name`` each participant's flag masks its own
+    samples: participants that freeze contribute nothing, the others merge as
+    usual, and every participant still ends with identical statistics.
 
     Static flags stay Python booleans, so the compiled step carries only the
     masks it needs: with ``finite_rewards`` (the caller's promise that every
-    reward is finite), no ``active`` and ``update_stats=True``, ``merge``
-    receives the mask ``True``.
+    reward is finite), no ``active`` and ``update_stats=True``,
+    ``learn_returns`` receives the mask ``True``.
 
     Returns:
       ``(reward, ret, stats)``: the reward cast to ``dtype``, the return to
@@ -123,7 +123,7 @@ def return_step(
         active,
         gamma=gamma,
         semantics=semantics,
-        merge=merge,
+        learn_returns=learn_returns,
     )
     return reward, new_ret, stats
 
@@ -154,18 +154,14 @@ def normalize_reward(
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
 
-    Each step, for every environment :math:`i` of the batch:
-
-    .. math::
-      G_i &\leftarrow \gamma\, G_i\, (1 - d^{before}_i) + r_i \\
-      (\mu, \sigma^2, n) &\leftarrow \operatorname{merge}\big((\mu, \sigma^2, n),
-          \{G_i : i \text{ valid}\}\big) \\
-      G_i &\leftarrow G_i\, (1 - d^{after}_i) \\
-      \tilde r_i &= \operatorname{clip}\big(r_i / \sqrt{\sigma^2 + \epsilon}\big)
-
-    with one set of statistics shared by the batch, the post-update variance,
-    and no mean subtracted (Engstrom et al.'s reward scaling). Which flag is
-    :math:`d^{before}` / :math:`d^{after}`, the clip and the meaning of a
+    Each step, every environment's return :math:`G` is multiplied by
+    ``gamma`` and gains the reward, the valid returns join the running
+    statistics (one set shared by the batch), and the reward is divided by
+    the square root of the post-update variance plus ``epsilon``, then
+    clipped; no mean is subtracted (Engstrom et al.'s reward scaling).
+    :doc:`/semantics` writes the recurrence out. Which episode end restarts
+    :math:`G` before the reward is added (:math:`d^{before}`) or after the
+    statistics learn (:math:`d^{after}`), the clip and the meaning of a
     freeze come from ``semantics``:
 
     ============  ================  ================  ====  ================
@@ -300,7 +296,7 @@ def normalize_reward(
             ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
         )
 
-    def check_state(state) -> base.Shape:
+    def checked_batch_shape(state) -> base.Shape:
         batch_shape = base.shape_of(getattr(state, "ret", None))
         base.check_state(state, init, batch_shape, config, STATE_HINTS)
         return batch_shape
@@ -324,15 +320,16 @@ def normalize_reward(
         return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
-        base.check_step_inputs(check_state(state), reward)
+        base.check_step_inputs(checked_batch_shape(state), reward)
         reward = jnp.asarray(reward, dtype)
         return scale(reward, inverse_std(state.stats, state.ret_abs_max))
 
-    def merge(stats, ret, mask):
+    def learn_returns(stats, ret, mask):
+        """``stats`` (running statistics, max of ``|G|``, divisor's inverse) with ``ret`` learnt."""
         running, ret_abs_max, _ = stats
         if g_max is not None:
             ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
-        running, inverse = rs.merge_batch(
+        running, inverse = rs.merge_checked(
             running,
             ret,
             None if mask is True else jnp.broadcast_to(mask, ret.shape),
@@ -343,9 +340,9 @@ def normalize_reward(
         return running, ret_abs_max, inverse
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        check_state(state)
+        checked_batch_shape(state)
         rs.participants(axis_name)  # an unbound axis_name is named before any collective
-        reward, ret, (stats, ret_abs_max, inverse) = return_step(
+        reward, ret, (stats, ret_abs_max, inverse) = checked_return_step(
             state.ret,
             (state.stats, state.ret_abs_max, None),
             reward,
@@ -356,14 +353,11 @@ def normalize_reward(
             gamma=gamma,
             semantics=semantics,
             dtype=dtype,
-            merge=merge,
+            learn_returns=learn_returns,
             finite_rewards=finite_rewards,
         )
         new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
         return scale(reward, inverse), new_state
-
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
-        return step(state, reward, terminated, truncated, active=active)[1]
 
     config = base.make_config(
         "normalize_reward",
@@ -377,4 +371,4 @@ def normalize_reward(
         g_max=g_max,
         finite_rewards=finite_rewards,
     )
-    return base.RewardTransform(init, update, normalize, step, config)
+    return base.transform_from_step(init, normalize, step, config)

@@ -212,13 +212,11 @@ def percentile_scale_reward(
 ) -> base.RewardTransform:
     r"""Scales rewards by the moving percentile range of the discounted return.
 
-    Each step, for the environments :math:`i` of the batch:
-
-    .. math::
-      G_i &\leftarrow \gamma\, G_i\, (1 - d^{before}_i) + r_i \\
-      L &\leftarrow (1 - \alpha) L + \alpha \operatorname{Per}(\{G_i\}, 5), \quad
-      H \leftarrow (1 - \alpha) H + \alpha \operatorname{Per}(\{G_i\}, 95) \\
-      \tilde r_i &= r_i / \max(1, H - L)
+    Each step advances every environment's discounted return as
+    :func:`~rewardnorm_jax.normalize_reward` does (:doc:`/semantics` writes
+    the recurrence out), moves the averages of the low and high percentiles
+    towards those of the batch's returns (:func:`update_percentiles`), and
+    divides the rewards by the scale, :func:`percentile_scale`.
 
     DreamerV3's return normalization moved to the reward: dividing every
     reward by a constant divides every return by it. The return recurrence,
@@ -277,7 +275,7 @@ def percentile_scale_reward(
             ret=jnp.zeros(base.check_batch_shape(batch_shape), dtype),
         )
 
-    def check_state(state) -> base.Shape:
+    def checked_batch_shape(state) -> base.Shape:
         batch_shape = base.shape_of(getattr(state, "ret", None))
         base.check_state(state, init, batch_shape, config, {"": "dtype"})
         return batch_shape
@@ -286,17 +284,17 @@ def percentile_scale_reward(
         return reward / percentile_scale(state.percentiles, limit)
 
     def normalize(state: PercentileScaleRewardState, reward) -> jax.Array:
-        base.check_step_inputs(check_state(state), reward)
+        base.check_step_inputs(checked_batch_shape(state), reward)
         return scale(state, jnp.asarray(reward, dtype))
 
-    def merge(percentiles, ret, valid):
+    def learn_returns(percentiles, ret, valid):
         return update_percentiles(
             percentiles, ret, valid, rate=rate, low=low, high=high, axis_name=axis_name
         )
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        check_state(state)
-        reward, ret, percentiles = norm_lib.return_step(
+        checked_batch_shape(state)
+        reward, ret, percentiles = norm_lib.checked_return_step(
             state.ret,
             state.percentiles,
             reward,
@@ -307,13 +305,10 @@ def percentile_scale_reward(
             gamma=gamma,
             semantics=semantics,
             dtype=dtype,
-            merge=merge,
+            learn_returns=learn_returns,
         )
         new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
         return scale(new_state, reward), new_state
-
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
-        return step(state, reward, terminated, truncated, active=active)[1]
 
     config = base.make_config(
         "percentile_scale_reward",
@@ -325,4 +320,4 @@ def percentile_scale_reward(
         **norm_lib.semantics_config(semantics),
         dtype=dtype.name,
     )
-    return base.RewardTransform(init, update, normalize, step, config)
+    return base.transform_from_step(init, normalize, step, config)

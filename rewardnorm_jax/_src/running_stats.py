@@ -3,7 +3,8 @@ r"""Running mean and variance as an immutable pytree, merged exactly.
 The statistics follow Gymnasium's and Stable-Baselines3's ``RunningMeanStd``:
 they start from a prior of weight ``PRIOR_COUNT = 1e-4`` with mean 0 and
 variance 1, and every batch joins them through the parallel algorithm of
-Chan et al. (:func:`rewardnorm_jax._src.formulas.merge_moments`).
+Chan et al. (:func:`rewardnorm_jax._src.formulas.add_batch_moments`), in
+:func:`merge_stats`, the statistics' one merge.
 
 Precision. Float32 is JAX's default, and a naive float32 accumulator fails in
 three known ways: a float32 count stops growing at :math:`2^{24}`; once the
@@ -25,11 +26,13 @@ magnitude (and :math:`M` up to :math:`3.4 \times 10^{38}`). Past that,
 0), the mean keeps its last representable value, and nothing becomes NaN;
 float64 statistics (x64) reach about :math:`10^{154}`.
 
-The variance is :math:`M / n` and the count as a float is
-:math:`n_{hi} 2^{32} + n_{lo} + 10^{-4}`; both are properties.
+The variance is :math:`M / n`, with :math:`n` the total weight: for
+cumulative statistics the samples plus the prior,
+:math:`n_{hi} 2^{32} + n_{lo} + 10^{-4}`. Both are properties
+(``var``, ``total_weight``; ``count`` is an alias of ``total_weight``).
 
 Shapes. The statistics have a shape of their own (``()`` for one statistics
-object). :func:`update` reduces the leading axes of the batch down to that
+object). :func:`merge_stats` reduces the leading axes of the batch down to that
 shape: ``init_stats(())`` shares one set across every environment of a batch,
 ``init_stats((num_envs,))`` keeps one set per environment.
 
@@ -37,8 +40,8 @@ Exponential moving statistics. ``init_stats(..., decay=beta)`` makes every
 update first discount the weight of everything seen so far by :math:`\beta`,
 then merge the batch with the same Chan et al. step: the cumulative statistics
 are the case :math:`\beta = 1`, so both paths are one merge. The discounted
-weight :math:`W` (prior included) is kept in ``weight``; see :func:`update`
-for the formulas and the bias correction.
+weight :math:`W` (prior included) is kept in ``weight`` and is then the total
+weight; see :func:`merge_stats` for the formulas and the bias correction.
 """
 
 import functools
@@ -144,21 +147,39 @@ class RunningStats(struct.PyTreeNode):
         return self.count_words[..., _LO]
 
     @property
-    def count(self) -> jax.Array:
-        """Samples seen plus the prior weight 1e-4, as a float of the stats dtype.
+    def samples(self) -> jax.Array:
+        """Samples merged so far (prior excluded), as a float of the statistics dtype.
 
-        For exponential moving statistics (``decay`` set), the discounted
-        weight :math:`W` instead; :func:`count_as_int` still counts samples.
+        Undiscounted, with or without ``decay``; :func:`count_as_int` gives
+        the exact integer on the host.
+        """
+        dtype = self.moments.dtype
+        return self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)
+
+    @property
+    def total_weight(self) -> jax.Array:
+        """The weight :math:`n` of the statistics, prior included: the variance's divisor.
+
+        ``samples + PRIOR_COUNT`` for cumulative statistics; the discounted
+        weight ``weight`` (:math:`W`) for exponential moving statistics.
         """
         if self.decay is not None:
             return self.moments[..., _WEIGHT]
-        dtype = self.moments.dtype
-        return (self.count_hi.astype(dtype) * _WORD + self.count_lo.astype(dtype)) + PRIOR_COUNT
+        return self.samples + PRIOR_COUNT
+
+    @property
+    def count(self) -> jax.Array:
+        """Alias of :attr:`total_weight`, the name Gymnasium's ``RunningMeanStd`` uses.
+
+        A count (``samples + 1e-4``) for cumulative statistics only: with
+        ``decay`` it is the discounted weight, not a number of samples.
+        """
+        return self.total_weight
 
     @property
     def var(self) -> jax.Array:
-        """Population variance ``M / count`` (1 before any sample)."""
-        return (self.m2 + self.m2_low) / self.count
+        """Population variance ``M / total_weight`` (1 before any sample)."""
+        return (self.m2 + self.m2_low) / self.total_weight
 
     @property
     def std(self) -> jax.Array:
@@ -216,7 +237,7 @@ def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> Running
       decay: ``None`` for cumulative statistics (every sample weighs the same,
         Gymnasium's ``RunningMeanStd``), or :math:`\beta \in [0, 1)` for
         exponential moving statistics that discount older updates by
-        :math:`\beta` each update (see :func:`update`).
+        :math:`\beta` each update (see :func:`merge_stats`).
 
     Raises:
       ValueError: for a dtype other than float32 / float64, or a decay outside
@@ -224,7 +245,7 @@ def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> Running
 
     Example:
       >>> stats = init_stats()
-      >>> float(stats.mean), float(stats.var), round(float(stats.count), 6)
+      >>> float(stats.mean), float(stats.var), round(float(stats.total_weight), 6)
       (0.0, 1.0, 0.0001)
     """
     shape = base.check_batch_shape(shape, "shape")
@@ -392,7 +413,7 @@ def _weighted_sums(deviation, mask):
     ``deviation`` and ``mask`` are vectors (one statistic). Returns a list of
     partial sums, one array of shape ``(3, 1)`` per product (see the module's
     constants for how many). The terms are clamped to the dtype's range, so
-    that a weight of 0 always gives 0 (never ``0 * inf``); :func:`_merge_sums`
+    that a weight of 0 always gives 0 (never ``0 * inf``); :func:`_add_shifted_sums`
     saturates a sum that reaches the range's end.
     """
     weights = mask.astype(deviation.dtype)
@@ -427,7 +448,7 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected
 
     Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT`` (an unmasked
     batch's count is its size): a list of arrays of partial sums, shape
-    ``(terms, lanes, *S)``, that :func:`_merge_sums` adds up, or a tuple of
+    ``(terms, lanes, *S)``, that :func:`_add_shifted_sums` adds up, or a tuple of
     totals from one fused multi-output loop. Summed
 
     * by products of weights with the terms ``(d, d^2, 1)``, one kernel each
@@ -467,8 +488,14 @@ def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected
     return sums if axis_name is None else jax.lax.psum(sums, axis_name)
 
 
-def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -> RunningStats:
-    """Merges a batch given by its shifted sums (elementwise over the statistics).
+def _add_shifted_sums(
+    stats: RunningStats, sums, shift, batch_size, count_increment
+) -> RunningStats:
+    """The statistics with a batch, given by its shifted sums, added (elementwise).
+
+    The batch's moments (:func:`~rewardnorm_jax._src.formulas.moments_from_shifted_sums`)
+    join the statistics by :func:`~rewardnorm_jax._src.formulas.add_batch_moments`,
+    after exponential moving statistics discount their past.
 
     ``batch_size`` is the count of an unmasked batch (a Python number), or
     ``None`` when the sums carry the count.
@@ -484,12 +511,12 @@ def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -
     batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
         jnp, count_b, deviation_sum, square_sum, shift
     )
-    count, m2, m2_low = stats.count, stats.m2, stats.m2_low
+    weight, m2, m2_low = stats.total_weight, stats.m2, stats.m2_low
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
         decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
-        count, m2, m2_low = decay * count, decay * m2, decay * m2_low
-    mean, mean_low, m2, m2_low = formulas.merge_moments(
-        jnp, stats.mean, stats.mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var
+        weight, m2, m2_low = decay * weight, decay * m2, decay * m2_low
+    mean, mean_low, m2, m2_low = formulas.add_batch_moments(
+        jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
     )
     if count_increment is None:  # the float count is exact (_float_count_is_exact)
         count_increment = batch_count.astype(jnp.uint32)
@@ -501,7 +528,7 @@ def _merge_sums(stats: RunningStats, sums, shift, batch_size, count_increment) -
         m2_low=m2_low,
         count_hi=count_hi,
         count_lo=count_lo,
-        weight=None if stats.decay is None else count + batch_count,
+        weight=None if stats.decay is None else weight + batch_count,
         decay=stats.decay,
     )
 
@@ -514,7 +541,7 @@ def _consumed(sums):
 
 
 def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
-    """:func:`_merge_sums`, then ``then`` of the merged statistics, as one CPU kernel.
+    """:func:`_add_shifted_sums`, then ``then`` of the merged statistics, as one CPU kernel.
 
     XLA:CPU compiles a ``while`` loop whose buffers are small (here a few
     scalars per statistic) into a single kernel, where the same arithmetic in
@@ -528,7 +555,7 @@ def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
     """
 
     def direct(stats, sums, shift, count_increment):
-        merged = _merge_sums(stats, sums, shift, batch_size, count_increment)
+        merged = _add_shifted_sums(stats, sums, shift, batch_size, count_increment)
         return merged, None if then is None else then(merged)
 
     def looped(stats, sums, shift, count_increment):
@@ -553,16 +580,19 @@ def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
     )
 
 
-def merge_batch(
+def merge_checked(
     stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False, then=None
 ):
-    """:func:`update` of checked arrays; also returns ``then(merged)`` (or None).
+    """:func:`merge_stats` of arrays already checked; also returns ``then(merged)`` (or None).
+
+    The transforms call it on their checked returns, with the options the
+    public merge leaves out.
 
     Args:
       stats: the statistics.
       batch: values of shape ``(*B, *S)``, in the statistics' dtype.
       mask: boolean of the batch's shape, or ``None`` to select every entry.
-      axis_name: as for :func:`update`.
+      axis_name: as for :func:`merge_stats`.
       unselected_alike: whether the entries outside ``mask`` are finite and
         near the selected ones (a normalizer's returns: a skipped step's
         return is still a return), so that any entry may serve as the shift
@@ -590,20 +620,20 @@ def merge_batch(
     return _in_one_kernel(stats, sums, shift, batch_size, count_increment, then)
 
 
-def update(
+def merge_stats(
     stats: RunningStats,
     batch: jax.typing.ArrayLike,
     mask: jax.typing.ArrayLike | None = None,
     *,
     axis_name=None,
 ) -> RunningStats:
-    r"""Merges a batch into the statistics (Chan et al.'s parallel algorithm).
+    r"""Merges a batch into the statistics: the statistics' one merge.
 
-    .. math::
-      n' = n + n_b, \quad
-      \mu' = \mu + \delta \frac{n_b}{n'}, \quad
-      M' = M + \sigma_b^2 n_b + \delta^2 \frac{n\, n_b}{n'},
-      \quad \delta = \mu_b - \mu
+    The batch's count :math:`n_b`, mean :math:`\mu_b` and population variance
+    :math:`\sigma_b^2` join the total weight :math:`n` (``total_weight``), the
+    mean :math:`\mu` and the sum of squared deviations :math:`M` by the
+    parallel algorithm of Chan et al., as :doc:`/semantics` writes it out
+    (:func:`~rewardnorm_jax._src.formulas.chan_increments` computes it).
 
     Exponential moving statistics (``stats.decay`` :math:`= \beta`): the old
     weight and sum of squares are discounted first, :math:`(n, M) \leftarrow
@@ -646,11 +676,11 @@ def update(
         or a mask that is not numbers.
 
     Example:
-      >>> stats = update(init_stats(), jnp.array([1.0, 2.0, 3.0]))
+      >>> stats = merge_stats(init_stats(), jnp.array([1.0, 2.0, 3.0]))
       >>> round(float(stats.mean), 3), round(float(stats.var), 3)
       (2.0, 0.667)
     """
-    check_stats(stats)
+    check_stats_type(stats)
     batch = jnp.asarray(base.check_reward("batch", batch), stats.mean.dtype)
     num_batch_axes = batch.ndim - stats.mean.ndim
     if num_batch_axes < 0 or batch.shape[num_batch_axes:] != stats.mean.shape:
@@ -662,10 +692,10 @@ def update(
         mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != batch.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
-    return merge_batch(stats, batch, mask, axis_name=axis_name)[0]
+    return merge_checked(stats, batch, mask, axis_name=axis_name)[0]
 
 
-def check_stats(stats) -> None:
+def check_stats_type(stats) -> None:
     """Raises a TypeError unless ``stats`` is a :class:`RunningStats`."""
     if not isinstance(stats, RunningStats):
         raise TypeError(
@@ -677,13 +707,13 @@ def count_as_int(stats: RunningStats) -> np.ndarray:
     """The exact number of samples seen (prior excluded), as host integers.
 
     Raises:
-      TypeError: for statistics traced under ``jit`` (use ``stats.count`` there).
+      TypeError: for statistics traced under ``jit`` (use ``stats.samples`` there).
     """
-    check_stats(stats)
+    check_stats_type(stats)
     if isinstance(stats.count_words, jax.core.Tracer):
         raise TypeError(
             "count_as_int reads the count on the host: call it outside jit, or use "
-            "stats.count (a float of the statistics dtype) inside."
+            "stats.samples (a float of the statistics dtype) inside."
         )
     return np.asarray(stats.count_hi, np.uint64) * np.uint64(2**32) + np.asarray(
         stats.count_lo, np.uint64

@@ -143,11 +143,8 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
             new_state.append(sub_state)
         return reward, tuple(new_state)
 
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
-        return step(state, reward, terminated, truncated, active=active)[1]
-
     members = {
         f"{i}/{key}": value for i, t in enumerate(transforms) for key, value in t.config.items()
     }
     config = base.make_config("chain", length=len(transforms), **members)
-    return base.RewardTransform(init, update, normalize, step, config)
+    return base.transform_from_step(init, normalize, step, config)

@@ -37,11 +37,11 @@ __all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward",
 class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     r"""Scales rewards so that their discounted return has approximately unit variance.
 
-    Each step updates the discounted return
-    :math:`G \leftarrow \gamma\, G\, (1 - \text{terminated}) + r` (from 0), merges it into
-    ``return_rms`` and returns :math:`r / \sqrt{\sigma^2_G + \epsilon}` with the updated
-    variance, as Gymnasium's :class:`gymnasium.wrappers.NormalizeReward` (to float64 rounding):
-    the mean is not subtracted, ``truncated`` is ignored and ``reset()`` does not clear
+    Each step discounts the tracked return by ``gamma`` and adds the reward (from 0, restarting
+    on termination; :doc:`/semantics` writes the recurrence out), merges the return into
+    ``return_rms`` and returns the reward divided by the square root of the updated variance
+    plus ``epsilon``, as Gymnasium's :class:`gymnasium.wrappers.NormalizeReward` (to float64
+    rounding): the mean is not subtracted, ``truncated`` is ignored and ``reset()`` does not clear
     :math:`G`. ``update_running_mean = False`` freezes the statistics (the return keeps
     accumulating); ``save(path)`` / ``load(path)`` write and restore them with the return.
     ``return_rms`` is a :class:`RunningMeanStd` (a Gymnasium one assigned to it works too). A
@@ -109,14 +109,14 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
             None,
             gamma=self._gamma,
             semantics=sem_lib.GYMNASIUM,
-            merge=_merge_sample,
+            learn_returns=_learn_return,
         )
         self._discounted_reward[0] = ret
         scaled = formulas.scale_by_std(np, reward, float(rms.var), self._epsilon, None, not valid)
         return obs, np.float64(scaled), terminated, truncated, info
 
 
-def _merge_sample(rms, ret: float, selected: bool):
+def _learn_return(rms, ret: float, selected: bool):
     """Merges one return into the statistics: a batch of one, mean ``ret``, variance 0."""
     if selected:
         rms.update_from_moments(ret, 0.0, 1)

@@ -42,15 +42,12 @@ def _host_stats(moments, samples: int) -> rs.RunningStats:
 class RunningMeanStd:
     r"""Mean, variance and count of a stream of scalars, merged batch by batch.
 
-    Starts from Gymnasium's and SB3's prior (mean 0, variance 1, weight ``1e-4``); a batch of
-    :math:`n_b` values with mean :math:`\mu_b` and population variance :math:`\sigma_b^2` joins
-    as :math:`n' = n + n_b`, :math:`\mu' = \mu + \delta n_b / n'`,
-    :math:`M' = M + \sigma_b^2 n_b + \delta^2 n n_b / n'` (:math:`\delta = \mu_b - \mu`,
-    :math:`\sigma'^2 = M' / n'`), by the JAX core's code (compensated sums, an exact integer
-    count) in float64. ``mean``, ``var``, ``count`` and ``stats`` are assignable; values no merge
-    produces (a non-finite mean, a negative or NaN :math:`M`, a count outside [0, 2^64 - 1])
-    raise ValueError wherever they could enter: assignments, :meth:`set_state`, unpickling,
-    conversions.
+    Starts from Gymnasium's and SB3's prior (mean 0, variance 1, weight ``1e-4``); each batch joins
+    by the parallel algorithm of Chan et al. (:doc:`/semantics` writes it out), with the JAX core's
+    code (compensated sums, an exact integer count) in float64. ``mean``, ``var``, ``count`` and
+    ``stats`` are assignable; values no merge produces (a non-finite mean, a negative or NaN
+    :math:`M`, a count outside [0, 2^64 - 1]) raise ValueError wherever they could enter:
+    assignments, :meth:`set_state`, unpickling, conversions.
 
     Example:
       >>> rms = RunningMeanStd()
@@ -140,7 +137,7 @@ class RunningMeanStd:
 
     def _set(self, mean: float, mean_low: float, m2: float, m2_low: float, samples: int) -> None:
         moments = (mean, mean_low, m2, m2_low)
-        checkpoint.check_statistics(_host_stats(moments, samples), "return_rms")
+        checkpoint.check_stats_values(_host_stats(moments, samples), "return_rms")
         self._moments, self._samples = moments, samples
 
     def update(self, x) -> None:
@@ -175,9 +172,9 @@ class RunningMeanStd:
                 f"the sample count would exceed 2**64 - 1 ({self._samples} + {batch_count})."
             )
         mean, mean_low, m2, m2_low = self._moments
-        count = self._samples + PRIOR_COUNT
-        self._moments = formulas.merge_moments(
-            np, mean, mean_low, m2, m2_low, count, batch_count, batch_mean, batch_var
+        weight = self._samples + PRIOR_COUNT
+        self._moments = formulas.add_batch_moments(
+            np, mean, mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
         )
         self._samples = samples
 
@@ -235,7 +232,7 @@ class RunningMeanStd:
             parts[name], parts[name + "_low"] = jnp.asarray(rounded), jnp.asarray(low, dtype)
         high_word, low_word = divmod(self._samples, 2**32)
         stats = rs.RunningStats.from_parts(**parts, count_hi=high_word, count_lo=low_word)
-        checkpoint.check_statistics(stats, f"return_rms in {dtype.name}")
+        checkpoint.check_stats_values(stats, f"return_rms in {dtype.name}")
         return stats
 
     @classmethod

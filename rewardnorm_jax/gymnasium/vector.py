@@ -30,12 +30,12 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
 
     One set of running statistics (``return_rms``) is shared by all sub-environments; each keeps
     its discounted return in ``accumulated_reward`` (float32, as Gymnasium). Each step, the
-    environments that take part update :math:`G_i \leftarrow \gamma\, G_i\, (1 -
-    \text{terminated}_i) + r_i`, their returns join the statistics, and every reward is scaled
-    by :math:`1 / \sqrt{\sigma^2 + \epsilon}`. Which take part depends on
-    ``env.metadata["autoreset_mode"]``: under NEXT_STEP (the default) and DISABLED, those that
-    did not end their episode at the previous step (the reset-only step is left out); under
-    SAME_STEP, all, with the return of an ended episode set to 0 after the step. This is
+    environments that take part advance their returns as the single-environment wrapper does
+    (:doc:`/semantics` writes the recurrence out), their returns join the statistics, and every
+    reward is divided by the square root of the variance plus ``epsilon``. Which take part
+    depends on ``env.metadata["autoreset_mode"]``: under NEXT_STEP (the default) and DISABLED,
+    those that did not end their episode at the previous step (the reset-only step is left out);
+    under SAME_STEP, all, with the return of an ended episode set to 0 after the step. This is
     Gymnasium 1.4.0's :class:`gymnasium.wrappers.vector.NormalizeReward` (under NEXT_STEP,
     1.3.0's too, to float64 rounding). ``reset(options={"reset_mask": m})`` zeroes only the
     returns of the environments it resets (Gymnasium zeroes them all, a known bug). ``save`` /
@@ -113,7 +113,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
             active,
             gamma=self.gamma,
             semantics=self._semantics,
-            merge=self._merge,
+            learn_returns=self._learn_returns,
         )
         self._accumulated_reward[...] = ret
         self._prev_dones = ends | cuts
@@ -129,12 +129,13 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         statistics if they are learning, then returns ``reward / sqrt(var + epsilon)``.
         """
         returns = self._accumulated_reward
-        self._merge(self.return_rms, returns, np.isfinite(returns) & self._update_running_mean)
+        selected = np.isfinite(returns) & self._update_running_mean
+        self._learn_returns(self.return_rms, returns, selected)
         reward = real_array("reward", reward).astype(np.float64)
         var = float(self.return_rms.var)
         return formulas.scale_by_std(np, reward, var, self.epsilon, None, False)
 
-    def _merge(self, rms, returns: np.ndarray, selected: np.ndarray):
+    def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
         """Merges the selected returns, as carried (float32), into ``rms``."""
         # The moments of the selected returns alone, as Gymnasium's np.mean / np.var of
         # acc[active]: from 8 environments on, NumPy's pairwise sums of a where-masked full
