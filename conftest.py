@@ -6,14 +6,12 @@ to install as the reason, instead of failing to import; so is a test marked
 """
 
 import pathlib
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).parent
-sys.path.insert(0, str(ROOT / "tests"))
+from tests._extras import imported_modules, missing_reason
 
-from _extras import imported_modules, missing_reason  # noqa: E402  (from tests/, added above)
+ROOT = pathlib.Path(__file__).parent
 
 
 class NeedsExtra(pytest.File):

@@ -3,7 +3,7 @@
 Started by ``tests/test_multidevice.py`` in a fresh interpreter, so that the
 device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
 
-* ``python _multidevice_worker.py matrix SECTION...`` needs 8 CPU devices
+* ``python -m tests._multidevice_worker matrix SECTION...`` needs 8 CPU devices
   (``XLA_FLAGS=--xla_force_host_platform_device_count=8``). Sections
   ``float32`` and ``float64`` run the same reward stream through ``vmap`` with
   ``axis_name``, ``pmap``, ``shard_map`` and ``jit`` over
@@ -13,7 +13,7 @@ device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
   exact count. It prints one JSON object: for every run, the largest deviation
   from the single-device run and whether every participant ended with
   bit-identical statistics.
-* ``python _multidevice_worker.py distributed PORT PROCESS_ID`` is one of two
+* ``python -m tests._multidevice_worker distributed PORT PROCESS_ID`` is one of two
   processes joined by ``jax.distributed.initialize`` on ``127.0.0.1:PORT``; it
   prints the final statistics it holds, which must match the other process's.
 
@@ -31,6 +31,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import rewardnorm_jax as rn
+from tests.streams import scan_steps
 
 STEPS = 48
 NUM_ENVS = 21  # real environments; padded with inactive ones to a multiple of 8
@@ -71,16 +72,6 @@ def make_stream(seed: int = 0):
     return rewards, terminated, truncated, active
 
 
-def scan_steps(norm, state, rewards, terminated, truncated, active):
-    """``norm.step`` over the leading (time) axis; returns the state and outputs."""
-
-    def body(state, xs):
-        reward, state = norm.step(state, xs[0], xs[1], xs[2], active=xs[3])
-        return state, reward
-
-    return jax.lax.scan(body, state, (rewards, terminated, truncated, active))
-
-
 def normalizers(dtype, axis_name=None) -> list:
     """One ``normalize_reward`` per configuration of ``configs(dtype)``."""
     return [
@@ -97,10 +88,13 @@ def run_all(dtype, batch_shape, axis_name=None):
     """
     norms = normalizers(dtype, axis_name)
 
-    def run(*stream, states=None):
+    def run(rewards, terminated, truncated, active, states=None):
         if states is None:
             states = [n.init(batch_shape) for n in norms]
-        results = [scan_steps(n, state, *stream) for n, state in zip(norms, states, strict=True)]
+        results = [
+            scan_steps(n, rewards, terminated, truncated, True, active, state=state)
+            for n, state in zip(norms, states, strict=True)
+        ]
         return [(state.stats, out) for state, out in results]
 
     run.norms = norms  # type: ignore[attr-defined]  # the configurations travel with run
@@ -409,7 +403,7 @@ def distributed(port: int, process_id: int) -> dict:
         state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))  # type: ignore[arg-type]  # a pytree of specs
         fn = jax.jit(
             jax.shard_map(
-                lambda s, *d: scan_steps(norm, s, *d),
+                lambda s, r, te, tr, a: scan_steps(norm, r, te, tr, True, a, state=s),
                 mesh=mesh,
                 in_specs=(state_spec,) + (P(None, "device"),) * 4,
                 out_specs=(state_spec, P(None, "device")),

@@ -1,10 +1,8 @@
+"""Settings for every test: hypothesis draws the same examples on every run."""
+
 import os
-import sys
 
 from hypothesis import settings
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, TESTS)
 
 # The suite draws the same hypothesis examples on every run, so a result is
 # reproducible on any machine. HYPOTHESIS_PROFILE=explore draws fresh random

@@ -11,6 +11,7 @@ brax_envs = pytest.importorskip("brax.envs", reason="the brax extra is not insta
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import brax as rnb  # noqa: E402
+from tests.streams import jit_scan_steps  # noqa: E402
 
 GAMMA = 0.99
 NUM_ENVS, STEPS, EPISODE_LENGTH = 16, 60, 25
@@ -48,15 +49,6 @@ def rollout():
 FLOAT32_ULP = float(np.finfo(np.float32).eps)
 
 
-def core_stream(transform, rewards, terminated, truncated, start=None):
-    def body(state, xs):
-        reward, state = transform.step(state, *xs)
-        return state, reward
-
-    start = transform.init(rewards.shape[1:]) if start is None else start
-    return jax.lax.scan(body, start, (rewards, terminated, truncated))
-
-
 def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags():
     _, (state, (raw, reward, done, truncation)) = rollout()
     # the raw reward stays in the metrics: the pendulum pays 1 per step
@@ -65,9 +57,7 @@ def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags():
     terminated = (done > 0) & ~truncated
     assert bool(terminated.any())
     assert bool(truncated.any())
-    core_state, expected = jax.jit(core_stream, static_argnums=0)(
-        GYMNASIUM, raw, terminated, truncated
-    )
+    core_state, expected = jit_scan_steps(GYMNASIUM, raw, terminated, truncated)
     assert reward.dtype == raw.dtype == jnp.float32
     # The wrapper runs the core's step inside Brax's program, which XLA
     # compiles differently from the core's scan alone (which products it
@@ -217,7 +207,7 @@ def test_integer_rewards_normalize_to_floats_from_the_reset_on():
     start, (_, (raw, reward, done)) = run(jax.random.PRNGKey(0))
     assert start.reward.dtype == reward.dtype == jnp.float32
     assert raw.dtype == jnp.int32
-    _, expected = core_stream(GYMNASIUM, raw, done > 0, jnp.zeros_like(done, bool))
+    _, expected = jit_scan_steps(GYMNASIUM, raw, done > 0, jnp.zeros_like(done, bool))
     np.testing.assert_allclose(reward, expected, rtol=4 * FLOAT32_ULP)
     assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
 

@@ -13,11 +13,12 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import serialization
 from jax.experimental import checkify
-from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 import rewardnorm_jax as rn
 from rewardnorm_jax import gymnasium as rn_gym
 from rewardnorm_jax.gymnasium import vector as rn_gym_vector
+from tests.streams import scan_steps
+from tests.test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 
 def assert_bit_identical(a, b):
@@ -35,12 +36,8 @@ def stepped(transform, batch_shape=(4,), steps=7, seed=0):
     rewards = jax.random.normal(jax.random.key(seed), (steps, *batch_shape)) * 3.0 + 0.1
     t = jnp.arange(steps)
 
-    def body(state, xs):
-        reward, term, trunc = xs
-        return transform.step(state, reward, term, trunc)[1], None
-
     def run():
-        return jax.lax.scan(body, transform.init(batch_shape), (rewards, t % 3 == 2, t % 5 == 4))[0]
+        return scan_steps(transform, rewards, t % 3 == 2, t % 5 == 4)[0]
 
     err, state = jax.jit(checkify.checkify(run))()  # check_finite_reward needs checkify
     err.throw()

@@ -8,30 +8,35 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference
 from flax import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rewardnorm_jax as rn
+from tests import reference
+from tests.streams import scan_steps
 
 SEMANTICS = ["gymnasium", "sb3", "purejaxrl", "gymnasium_same_step"]
+
+
+def ret_of(state):
+    """The tracked return of a normalizer's state."""
+    return state.ret
 
 
 @functools.partial(jax.jit, static_argnames=("transform",))
 def run_stream(transform, rewards, terminated, truncated, update=None, active=None):
     """Runs a (T, N) stream through ``transform.step`` in one lax.scan."""
-    steps = rewards.shape[0]
-    update = jnp.ones(steps, bool) if update is None else update
-    active = jnp.ones(rewards.shape, bool) if active is None else active
-
-    def body(state, xs):
-        reward, term, trunc, upd, act = xs
-        out, state = transform.step(state, reward, term, trunc, upd, active=act)
-        return state, (out, jax.tree.leaves(state)[-1] if isinstance(state, tuple) else state.ret)
-
-    state, (outputs, returns) = jax.lax.scan(
-        body, transform.init(rewards.shape[1:]), (rewards, terminated, truncated, update, active)
+    state, (outputs, returns) = scan_steps(
+        transform,
+        rewards,
+        terminated,
+        truncated,
+        True if update is None else update,
+        active,
+        record=lambda state: (
+            jax.tree.leaves(state)[-1] if isinstance(state, tuple) else ret_of(state)
+        ),
     )
     return outputs, returns, state
 
@@ -242,13 +247,8 @@ def test_wide_batches_match_numpy_reference(num_envs, masked):
 
         @jax.jit
         def run(rewards, terminated, update, active):
-            def body(state, xs):
-                reward, term, upd, act = xs
-                out, state = norm.step(state, reward, term, False, upd, active=act)
-                return state, (out, state.ret)
-
-            xs = (rewards, terminated, update, active if masked else None)
-            return jax.lax.scan(body, norm.init(num_envs), xs)
+            active = active if masked else None
+            return scan_steps(norm, rewards, terminated, False, update, active, record=ret_of)
 
         state, (outputs, returns) = run(
             jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(update), jnp.asarray(active)
@@ -283,16 +283,13 @@ def test_float32_masked_batches_match_numpy_reference(num_envs):
     )
     norm = rn.normalize_reward()
 
-    @jax.jit
-    def run(rewards, terminated, update, active):
-        def body(state, xs):
-            out, state = norm.step(state, xs[0], xs[1], False, xs[2], active=xs[3])
-            return state, out
-
-        return jax.lax.scan(body, norm.init(num_envs), (rewards, terminated, update, active))
-
+    run = jax.jit(lambda *stream: scan_steps(norm, *stream))
     state, outputs = run(
-        jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(update), jnp.asarray(active)
+        jnp.asarray(rewards),
+        jnp.asarray(terminated),
+        False,
+        jnp.asarray(update),
+        jnp.asarray(active),
     )
     np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(float(state.stats.mean), rms.mean, rtol=1e-5)
@@ -319,15 +316,8 @@ def test_float32_first_batch_far_from_the_prior_keeps_its_variance(num_envs, mas
     )
     norm = rn.normalize_reward(0.0)
 
-    @jax.jit
-    def run(rewards, active):
-        def body(state, xs):
-            out, state = norm.step(state, xs[0], False, False, active=xs[1] if masked else None)
-            return state, out
-
-        return jax.lax.scan(body, norm.init(num_envs), (rewards, active))
-
-    state, outputs = run(jnp.asarray(rewards), jnp.asarray(active))
+    run = jax.jit(lambda rewards, active: scan_steps(norm, rewards, active=active))
+    state, outputs = run(jnp.asarray(rewards), jnp.asarray(active) if masked else None)
     np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-5)
     np.testing.assert_allclose(outputs, expected, rtol=1e-5)
 

@@ -8,9 +8,9 @@ import pytest
 from flax import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import RunningMeanStd
 
 import rewardnorm_jax as rn
+from tests.reference import RunningMeanStd
 
 
 def test_initial_state_matches_gymnasium_running_mean_std():

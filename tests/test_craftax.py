@@ -12,6 +12,7 @@ craftax_env = pytest.importorskip(
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import gymnax as rgx  # noqa: E402
+from tests.streams import jit_scan_steps  # noqa: E402
 
 GAMMA = 0.99
 NUM_ENVS, STEPS = 16, 24
@@ -52,11 +53,7 @@ def test_craftax_classic_takes_the_gymnax_adapter_unchanged():
     truncated = done & ~terminated
     core = rn.normalize_reward(GAMMA)
 
-    def body(core_state, xs):
-        out, core_state = core.step(core_state, *xs)
-        return core_state, out
-
-    core_state, expected = jax.lax.scan(body, core.init((NUM_ENVS,)), (raw, terminated, truncated))
+    core_state, expected = jit_scan_steps(core, raw, terminated, truncated)
     np.testing.assert_array_equal(reward, expected)
     jax.tree.map(np.testing.assert_array_equal, rgx.get_transform_state(state), core_state)
     assert rn.count_as_int(core_state.stats) == NUM_ENVS * STEPS

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import rewardnorm_jax as rn
+from tests.streams import jit_scan_steps, scan_steps
 
 BETA = 0.9
 
@@ -46,21 +47,9 @@ def weighted_reference(batches, masks, beta):
     return mean, m2 / total, total
 
 
-def scan_steps(transform, rewards, terminated, update=None):
-    """Runs a (T, N) stream through ``transform.step`` in one lax.scan."""
-    update = jnp.ones(rewards.shape[0], bool) if update is None else update
-
-    def body(state, xs):
-        reward, term, upd = xs
-        out, state = transform.step(state, reward, term, False, upd)
-        return state, out
-
-    return jax.lax.scan(body, transform.init(rewards.shape[1:]), (rewards, terminated, update))
-
-
-def run_stream(transform, rewards, terminated, update=None):
+def run_stream(transform, rewards, terminated, update=True):
     """``scan_steps`` under ``jax.jit``; outputs as a NumPy array."""
-    state, outputs = jax.jit(scan_steps, static_argnums=0)(transform, rewards, terminated, update)
+    state, outputs = jit_scan_steps(transform, rewards, terminated, False, update)
     return np.asarray(outputs), state
 
 

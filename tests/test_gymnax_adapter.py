@@ -15,6 +15,7 @@ from gymnax.wrappers.purerl import FlattenObservationWrapper, GymnaxWrapper, Log
 import rewardnorm_jax as rn
 from benchmarks.stream import inline_init, inline_step
 from rewardnorm_jax import gymnax as rgx
+from tests.streams import jit_scan_steps
 
 NUM_ENVS = 1024
 FLOAT32_ULP = float(np.finfo(np.float32).eps)
@@ -104,18 +105,6 @@ PUREJAXRL = rn.normalize_reward(GAMMA, semantics="purejaxrl")
 GYMNASIUM = rn.normalize_reward(GAMMA)
 
 
-@functools.partial(jax.jit, static_argnames=("transform",))
-def core_stream(transform, rewards, terminated, truncated, update, start=None):
-    """The core transform fed a (T, N) raw stream in one ``lax.scan``."""
-
-    def body(state, xs):
-        reward, state = transform.step(state, *xs)
-        return state, reward
-
-    start = transform.init(rewards.shape[1:]) if start is None else start
-    return jax.lax.scan(body, start, (rewards, terminated, truncated, update))
-
-
 ENVS = ["CartPole-v1", "Pendulum-v1"]
 ALWAYS = jnp.ones(STEPS, bool)
 FREEZE_10_IN_50 = (jnp.arange(STEPS) % 50) < 40
@@ -178,7 +167,7 @@ def test_batched_wrapper_equals_core_fed_the_raw_stream(name):
     np.testing.assert_array_equal(a_term, terminated)
     np.testing.assert_array_equal(a_trunc, truncated)
     assert bool(jnp.any(terminated | truncated))  # episodes end inside the window
-    core_state, expected = core_stream(PUREJAXRL, raw, terminated, truncated, ALWAYS)
+    core_state, expected = jit_scan_steps(PUREJAXRL, raw, terminated, truncated, ALWAYS)
     np.testing.assert_allclose(a_reward, expected, rtol=1e-6, atol=0)
     assert rn.count_as_int(state.transform_state.stats) == STEPS * NUM_ENVS
     # The statistics and returns; the rounding-error words (mean_low, m2_low)
@@ -292,7 +281,7 @@ def test_composes_with_log_and_flatten_wrappers_in_either_order(order):
     assert stack.observation_space(params).shape == (3,)
     np.testing.assert_array_equal(obs, raw_obs)
     expected = jax.vmap(  # one core per environment, same freeze schedule
-        lambda r, te, tr: core_stream(
+        lambda r, te, tr: jit_scan_steps(
             GYMNASIUM, r[:, None], te[:, None], tr[:, None], FREEZE_10_IN_50
         )[1][:, 0],
         in_axes=1,
@@ -388,13 +377,13 @@ def test_reset_keeps_stats_and_evaluation_freezes_them(mode):
     assert set(count.tolist()) == {STEPS * NUM_ENVS + int(EVAL_SCHEDULE.sum()) * EVAL_ENVS}
     # the whole run equals the core fed the same stream with the same schedule
     core_start = rn.NormalizeRewardState(stats=learned_stats, ret=jnp.zeros(EVAL_ENVS))
-    _, expected = core_stream(
+    _, expected = jit_scan_steps(
         PUREJAXRL,
         jnp.ones((EVAL_STEPS, EVAL_ENVS)),
         terminated,
         truncated,
         EVAL_SCHEDULE,
-        core_start,
+        state=core_start,
     )
     np.testing.assert_allclose(reward, expected, rtol=1e-6)
     # restored from a byte checkpoint: the same evaluation
@@ -407,7 +396,7 @@ def test_stats_from_keeps_everything_but_the_returns():
     transform = rn.chain(rn.normalize_reward(g_max=5.0), rn.percentile_scale_reward())
     rewards = jax.random.normal(jax.random.key(4), (6, 8))
     flags = jnp.zeros((6, 8), bool)
-    learned, _ = core_stream(transform, rewards, flags, flags, jnp.ones(6, bool))
+    learned, _ = jit_scan_steps(transform, rewards, flags, flags, jnp.ones(6, bool))
     wrapped = rgx.RewardTransformWrapper(rgx.VecEnv(env), transform)
     _, state = wrapped.reset(jax.random.split(jax.random.key(5), 3), params, learned)
     kept = state.transform_state
@@ -562,9 +551,9 @@ def test_five_value_step_equals_the_six_value_step_and_the_core(name):
     # contracts): the batch sums round differently, so the rewards agree to a
     # few float32 ulps; a wrong flag or reward would move them by far more.
     np.testing.assert_array_equal(five[0], six[0])
-    _, gymnasium_rewards = core_stream(GYMNASIUM, raw, terminated, truncated, ALWAYS)
+    _, gymnasium_rewards = jit_scan_steps(GYMNASIUM, raw, terminated, truncated, ALWAYS)
     np.testing.assert_allclose(six[0], gymnasium_rewards, rtol=4 * FLOAT32_ULP, atol=0)
-    _, purejaxrl_rewards = core_stream(PUREJAXRL, raw, terminated, truncated, ALWAYS)
+    _, purejaxrl_rewards = jit_scan_steps(PUREJAXRL, raw, terminated, truncated, ALWAYS)
     np.testing.assert_allclose(five_purejaxrl[0], purejaxrl_rewards, rtol=4 * FLOAT32_ULP, atol=0)
     _, reference = purejaxrl_normalize_vec_reward(raw, terminated, truncated)
     np.testing.assert_allclose(five_purejaxrl[0], reference, rtol=1e-5)

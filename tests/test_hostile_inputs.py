@@ -17,14 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reference
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from jax.experimental import checkify
-from test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 import rewardnorm_jax as rn
+from tests import reference
+from tests.streams import scan_steps
+from tests.test_transform_contract import TRANSFORMS as EVERY_TRANSFORM
 
 STEPS, ENVS = 16, 3
 EPSILON = 1e-8
@@ -35,13 +36,12 @@ HOSTILE = st.floats(allow_nan=True, allow_infinity=True, width=32)
 def run_stream(transform, rewards):
     """Outputs and per-step statistics of a (T, N) stream, no episode ends."""
 
-    def body(state, reward):
-        out, state = transform.step(state, reward, False, False)
+    def record(state):
         stats = state.stats
-        return state, (out, stats.mean, stats.mean_low, stats.m2, stats.var, stats.count_lo)
+        return stats.mean, stats.mean_low, stats.m2, stats.var, stats.count_lo
 
-    _, ys = jax.lax.scan(body, transform.init(rewards.shape[1:]), rewards)
-    return ys
+    _, (out, recorded) = scan_steps(transform, rewards, record=record)
+    return (out, *recorded)
 
 
 @st.composite
@@ -241,12 +241,7 @@ def checked_stream(batch_shape=(4,)):
     @jax.jit
     @checkify.checkify
     def run(rewards, active):
-        def body(state, xs):
-            reward, act = xs
-            out, state = transform.step(state, reward, False, False, active=act)
-            return state, out
-
-        return jax.lax.scan(body, transform.init(batch_shape), (rewards, active))[1]
+        return scan_steps(transform, rewards, active=active)[1]
 
     return transform, run
 

@@ -19,6 +19,7 @@ from jumanji.wrappers import (  # noqa: E402
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import jumanji as rnj  # noqa: E402
+from tests.streams import jit_scan_steps  # noqa: E402
 
 GAMMA = 0.99
 NUM_ENVS, STEPS = 16, 60
@@ -37,16 +38,6 @@ def random_actions(env, key):
     num_values = env.action_spec.num_values
     shape = (NUM_ENVS, *jnp.shape(num_values))
     return jax.random.randint(key, shape, 0, num_values).astype(env.action_spec.dtype)
-
-
-def core_stream(transform, rewards, terminated, truncated, update):
-    def body(state, xs):
-        reward, state = transform.step(state, *xs)
-        return state, reward
-
-    return jax.lax.scan(
-        body, transform.init(rewards.shape[1:]), (rewards, terminated, truncated, update)
-    )
 
 
 @functools.cache
@@ -87,9 +78,7 @@ def test_rewards_equal_the_core_fed_the_raw_rewards_and_flags(name):
     terminated, truncated = last & (discount == 0), last & (discount > 0)
     shown = {"terminated": terminated, "truncated": truncated, "rewarded": raw != 0}
     assert bool(shown[ENVS[name][1]].any())
-    core_state, expected = jax.jit(core_stream, static_argnums=0)(
-        GYMNASIUM, raw, terminated, truncated, schedule
-    )
+    core_state, expected = jit_scan_steps(GYMNASIUM, raw, terminated, truncated, schedule)
     assert reward.dtype == raw.dtype
     np.testing.assert_array_equal(reward, expected)
     learned = rnj.get_transform_state(state)
@@ -194,7 +183,7 @@ def test_one_discount_per_step_ends_every_agent_reward_of_its_environment(num_en
     last = (step_type == jumanji.types.StepType.LAST) & (discount == 0)
     assert bool(last.any())  # episodes end on a mine
     terminated = jnp.broadcast_to(last[..., None], raw.shape)
-    core_state, expected = jax.jit(core_stream, static_argnums=0)(
+    core_state, expected = jit_scan_steps(
         GYMNASIUM, raw, terminated, jnp.zeros_like(terminated), jnp.ones(STEPS, bool)
     )
     np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))
@@ -213,7 +202,7 @@ def test_integer_rewards_normalize_to_floats_from_the_reset_on():
     assert reward.dtype == jnp.float32
     assert raw.dtype == jnp.int32
     last = step_type == jumanji.types.StepType.LAST
-    _, expected = jax.jit(core_stream, static_argnums=0)(
+    _, expected = jit_scan_steps(
         GYMNASIUM, raw, last & (discount == 0), last & (discount > 0), jnp.ones(STEPS, bool)
     )
     np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))

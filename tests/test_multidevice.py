@@ -30,12 +30,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import _multidevice_worker as worker
 import numpy as np
 import pytest
-from _extras import missing_reason
 
-WORKER = Path(__file__).with_name("_multidevice_worker.py")
+from tests import _multidevice_worker as worker
+from tests._extras import missing_reason
+
+ROOT = Path(__file__).parents[1]  # the worker runs as python -m tests._multidevice_worker
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 MODES = ("vmap", "pmap", "shard_map", "sharded_jit")
 EXTRA_MODES = ("vmap_per_env_shared_stats", "pmap_of_vmap_tuple_axes", "shard_map_2x4_tuple_axes")
@@ -58,7 +59,8 @@ def _start(*args: str, devices: int) -> subprocess.Popen:
     }
     env.pop("JAX_ENABLE_X64", None)
     return subprocess.Popen(
-        [sys.executable, str(WORKER), *args],
+        [sys.executable, "-m", "tests._multidevice_worker", *args],
+        cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
 import pytest
-from _extras import imported_modules, missing_reason
 from nbclient import NotebookClient
+
+from tests._extras import imported_modules, missing_reason
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 

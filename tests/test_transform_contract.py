@@ -15,6 +15,7 @@ from absl.testing import parameterized
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
+from tests.streams import jit_scan_steps
 
 NORMALIZERS = {
     f"normalize_reward(decay={decay}, shared={shared}, g_max={g_max})": (
@@ -202,17 +203,16 @@ def test_hyperparameters_must_be_normal_numbers_of_the_statistics_dtype(factory,
         factory(**kwargs)
 
 
+def variance(state):
+    """The running variance of a normalizer's state."""
+    return state.stats.var
+
+
 def test_the_epsilon_bound_holds_at_the_smallest_accepted_epsilon():
     """|r~| <= |r| / sqrt(eps) for a constant stream whose variance decays to 0."""
     tiny = float(jnp.finfo(jnp.float32).tiny)
     norm = rn.normalize_reward(gamma=0.0, epsilon=tiny, decay=0.5)
-    rewards = jnp.ones(1000)
-
-    def body(state, reward):
-        out, state = norm.step(state, reward)
-        return state, (out, state.stats.var)
-
-    _, (out, var) = jax.jit(lambda s: jax.lax.scan(body, s, rewards))(norm.init())
+    _, (out, var) = jit_scan_steps(norm, jnp.ones(1000), record=variance)
     assert float(var[-1]) == 0.0  # the variance really reached 0: only epsilon is left
     bound = np.float32(1.0) / np.sqrt(np.float32(tiny))
     assert np.all(np.isfinite(out))

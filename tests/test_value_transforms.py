@@ -30,11 +30,14 @@ def np_signed_parabolic_rlax(y, eps=1e-3):
     return np.sign(y) * (np.square(z) - 1)
 
 
-@pytest.fixture(params=["eager", "jit"])
-def mode(request):
-    return (lambda f: f) if request.param == "eager" else jax.jit
+def eager(fn):
+    return fn
 
 
+MODES = pytest.mark.parametrize("mode", [eager, jax.jit], ids=["eager", "jit"])
+
+
+@MODES
 def test_symlog_symexp_match_numpy(mode):
     x = jnp.asarray(VALUES, jnp.float32)
     np.testing.assert_allclose(mode(rn.symlog)(x), np_symlog(VALUES), rtol=1e-6)
@@ -44,6 +47,7 @@ def test_symlog_symexp_match_numpy(mode):
     )
 
 
+@MODES
 @pytest.mark.parametrize("eps", [1e-3, 1e-2, 0.0])
 def test_signed_hyperbolic_matches_numpy(mode, eps):
     fn = mode(lambda x: rn.signed_hyperbolic(x, eps))
@@ -64,6 +68,7 @@ def test_signed_parabolic_equals_rlax_form_in_float64(eps):
     np.testing.assert_allclose(ours, VALUES, rtol=1e-12, atol=1e-12)
 
 
+@MODES
 @pytest.mark.parametrize("eps", [1e-3, 0.0])
 def test_round_trip_float32(mode, eps):
     x = jnp.asarray(VALUES, jnp.float32)
@@ -104,6 +109,7 @@ def test_monotone_and_odd():
         np.testing.assert_array_equal(y_neg, -y)
 
 
+@MODES
 def test_reward_transforms_are_stateless_and_chain(mode):
     rewards = jnp.array([-8.0, 0.0, 3.0, 99.0])
     t = rn.signed_hyperbolic_reward(eps=1e-3)
