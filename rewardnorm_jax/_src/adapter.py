@@ -103,7 +103,7 @@ class TransformWrapper:
         out = jax.eval_shape(self._transform.normalize, transform_state, reward)
         return jnp.asarray(reward, out.dtype)
 
-    def transform_reward(
+    def step_reward(
         self,
         transform_state: PyTree,
         reward: jax.Array,
@@ -355,24 +355,26 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
     """
     transform_state, current = _read(state)
     shape = jnp.shape(current)
-    flag = check_flag("update_stats", update_stats, shapes=((), shape))
+    flag = check_update_stats(update_stats, shapes=((), shape))
     return _write(state, transform_state, jnp.broadcast_to(flag, shape))
 
 
-def check_flag(
-    name: str, value: jax.typing.ArrayLike, shapes: tuple[tuple[int, ...], ...] = ((),)
+def check_update_stats(
+    update_stats: jax.typing.ArrayLike, shapes: tuple[tuple[int, ...], ...] = ((),)
 ) -> jax.Array:
-    """A flag (:func:`~rewardnorm_jax._src.base.check_flag`) of one of ``shapes``, as bools.
+    """The freeze flag as bools, after checking it is a flag of one of ``shapes``.
 
     Raises:
       TypeError: for a value that is no flag (a string, a complex number).
-      ValueError: naming the flag, its shape and the valid shapes.
+      ValueError: naming ``update_stats``, its shape and the valid shapes.
     """
-    base.check_flag(name, value)
-    if jnp.shape(value) not in shapes:
+    base.check_flag("update_stats", update_stats)
+    if jnp.shape(update_stats) not in shapes:
         valid = " or ".join(str(shape) for shape in dict.fromkeys(shapes))
-        raise ValueError(f"{name} should have shape {valid}, got shape {jnp.shape(value)}.")
-    return jnp.asarray(value, bool)
+        raise ValueError(
+            f"update_stats should have shape {valid}, got shape {jnp.shape(update_stats)}."
+        )
+    return jnp.asarray(update_stats, bool)
 
 
 def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:

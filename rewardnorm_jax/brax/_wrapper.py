@@ -85,7 +85,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         raw = state.reward
         done = jnp.asarray(state.done) > 0
         truncated = done & (jnp.asarray(state.info.get(TRUNCATION, False)) > 0)
-        reward, transform_state = self.transform_reward(
+        reward, transform_state = self.step_reward(
             transform_state, raw, done & ~truncated, truncated, update_stats
         )
         return state.replace(
@@ -98,7 +98,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
 class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``state.reward`` by the running standard deviation of the discounted return.
 
-    :func:`rewardnorm_jax.normalize_reward` (which gives the formula) as a
+    :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a
     Brax wrapper; ``semantics`` says which episode ends reset the return
     (``"gymnasium"``, the default: terminations only; ``"purejaxrl"``: every
     end). See

@@ -188,10 +188,10 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
           ValueError: if ``update_stats`` is not a scalar, or the wrapped
             step returns neither six nor five values.
         """
-        update_stats = adapter.check_flag("update_stats", update_stats)
+        update_stats = adapter.check_update_stats(update_stats)
         result = self._env.step(key, state.env_state, action, params)
         obs, env_state, reward = result[:3]
-        reward, transform_state = self.transform_reward(
+        reward, transform_state = self.step_reward(
             state.transform_state,
             reward,
             *episode_ends(result),
@@ -206,7 +206,7 @@ class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
 
     The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's
     ``NormalizeVecReward``: :func:`rewardnorm_jax.normalize_reward` (which
-    gives the formula) around a gymnax environment, with one set of running
+    links to the formula) around a gymnax environment, with one set of running
     statistics of the discounted return shared by the batch. ``semantics``
     says which episode ends reset the return (``"gymnasium"``, the default:
     ``terminated``; ``"purejaxrl"``: ``terminated or truncated``, which with

@@ -83,7 +83,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         # one end per environment, or per agent: each spreads over the rewards it ends
         last = adapter.align_flag("step_type", timestep.last(), raw)
         ended = adapter.align_flag("discount", jnp.asarray(timestep.discount) == 0, raw)
-        reward, transform_state = self.transform_reward(
+        reward, transform_state = self.step_reward(
             state.transform_state, raw, last & ended, last & ~ended, state.update_stats
         )
         timestep = dataclasses.replace(
@@ -97,7 +97,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
 class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``timestep.reward`` by the running standard deviation of the discounted return.
 
-    :func:`rewardnorm_jax.normalize_reward` (which gives the formula) as a
+    :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a
     Jumanji wrapper; ``semantics`` says which episode ends reset the return
     (``"gymnasium"``, the default: terminations only; ``"purejaxrl"``: every
     ``LAST`` step). See
