@@ -42,7 +42,7 @@ PYTEST = (
 
 
 def lowest(name: str) -> str:
-    """``name`` pinned to its lower bound in the project's requirements (``jax>=0.10``)."""
+    """``name`` pinned to its lower bound in the project's requirements (``jax>=0.9``)."""
     requirements = PROJECT["project"]["dependencies"] + [
         line for lines in PROJECT["project"]["optional-dependencies"].values() for line in lines
     ]

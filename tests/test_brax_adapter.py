@@ -134,21 +134,11 @@ def test_wrap_env_fn_puts_the_transform_outermost_and_leaves_evaluation_raw():
         rnb.wrap_env_fn(jnp.tanh)  # type: ignore[arg-type]  # the wrong type on purpose
 
 
-def device_put_replicated(tree, devices):
-    """``jax.device_put_replicated`` as JAX's pmap migration guide writes it with ``device_put``."""
-    mesh = jax.sharding.Mesh(np.array(devices), ("devices",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("devices"))
-    return jax.tree.map(lambda x: jax.device_put(jnp.stack([x] * len(devices)), sharding), tree)
-
-
 @pytest.mark.slow
-def test_brax_ppo_trains_on_normalized_rewards_and_evaluates_raw_returns(monkeypatch):
+def test_brax_ppo_trains_on_normalized_rewards_and_evaluates_raw_returns():
     """Brax's own PPO on the inverted pendulum through ``wrap_env_fn``: the return rises."""
     from brax.training.agents.ppo import train as ppo
 
-    # brax 0.14.2's trainer calls jax.device_put_replicated, which jax 0.10 removed
-    if not hasattr(jax, "device_put_replicated"):
-        monkeypatch.setattr(jax, "device_put_replicated", device_put_replicated, raising=False)
     env = brax_envs.get_environment("inverted_pendulum", backend="positional")
     evaluations = []
     ppo.train(
