@@ -423,7 +423,7 @@ def test_in_place_writes_to_discounted_reward_take_effect():
     env.discounted_reward = 2.5  # assignment copies into the wrapper's array
     assert env.discounted_reward.tolist() == [2.5]
     assert env.discounted_reward.dtype == np.float64
-    with pytest.raises(ValueError, match="discounted_reward should hold finite returns"):
+    with pytest.raises(ValueError, match=r"discounted_reward should hold returns a run reaches"):
         env.discounted_reward = math.nan
     with pytest.raises(ValueError, match=r"discounted_reward should be .* shape \(1,\)"):
         env.discounted_reward = [1.0, 2.0]
@@ -523,13 +523,26 @@ def test_load_refuses_crafted_statistics_with_a_valid_checksum(tmp_path, field, 
     assert fresh.return_rms.get_state() == before
 
 
-def test_load_refuses_a_non_finite_tracked_return(tmp_path):
+def test_load_refuses_a_nan_tracked_return(tmp_path):
     env = NormalizeReward(gym.make("CartPole-v1"))
     state = env.state_dict()
-    state["discounted_reward"] = np.array([math.inf])
+    state["discounted_reward"] = np.array([math.nan])
     (tmp_path / "crafted").write_bytes(rn.save_state(state, env._checkpoint_metadata()))
-    with pytest.raises(ValueError, match="discounted_reward should hold finite returns"):
+    with pytest.raises(ValueError, match=r"discounted_reward should hold returns a run reaches"):
         env.load(tmp_path / "crafted")
+
+
+def test_a_return_that_overflowed_in_a_run_saves_and_loads(tmp_path):
+    env = NormalizeReward(ScriptedEnv([(1e308, False, False)] * 2), gamma=1.0)
+    env.reset(seed=0)
+    env.step(0)
+    env.step(0)
+    assert env.discounted_reward.tolist() == [math.inf]  # 2e308 is past float64's range
+    env.save(tmp_path / "overflowed")
+    restored = NormalizeReward(ScriptedEnv([]), gamma=1.0)
+    restored.load(tmp_path / "overflowed")
+    assert restored.discounted_reward.tolist() == [math.inf]
+    assert restored.return_rms.get_state() == env.return_rms.get_state()
 
 
 @pytest.mark.parametrize(("name", "value"), [("gamma", 1.5), ("gamma", -0.1), ("epsilon", 0.0)])

@@ -641,8 +641,8 @@ def test_flags_of_another_shape_or_type_are_refused_by_name():
     wrapped = rgx.NormalizeReward(rgx.VecEnv(env))
     keys = jax.random.split(jax.random.key(0), 4)
     _, state = wrapped.reset(keys, params)
-    with pytest.raises(TypeError, match="update_stats"):  # a string is no JAX value
-        wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params, "False")
+    with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
+        wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params, "False")  # type: ignore[arg-type]  # on purpose
     with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
         rgx.set_update_stats(state, jnp.ones(4, bool))
     with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
@@ -665,3 +665,18 @@ def test_an_axis_name_no_map_binds_is_refused_at_the_reset():
     named = rgx.VecEnv(rgx.NormalizeReward(env, axis_name="envs"), axis_name="envs")
     _, state = named.reset(keys, params)
     assert state.transform_state.ret.shape == (4,)
+
+
+def test_a_wrapper_axis_name_needs_a_transform_that_merges_across_it():
+    env, params = gymnax.make("CartPole-v1")
+    keys = jax.random.split(jax.random.key(0), 4)
+    unshared = rgx.RewardTransformWrapper(env, rn.normalize_reward(), axis_name="envs")
+    with pytest.raises(ValueError, match=r"merges nothing across \['envs'\]"):
+        rgx.VecEnv(unshared, axis_name="envs").reset(keys, params)
+    shared = rn.chain(rn.normalize_reward(axis_name="envs"), rn.clip_reward(-10.0, 10.0))
+    wrapped = rgx.VecEnv(
+        rgx.RewardTransformWrapper(env, shared, axis_name="envs"), axis_name="envs"
+    )
+    _, state = wrapped.reset(keys, params)
+    _, state, *_ = wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params)
+    assert rn.count_as_int(state.transform_state[0].stats).tolist() == [4] * 4  # one set

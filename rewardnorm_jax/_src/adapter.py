@@ -88,9 +88,10 @@ class TransformWrapper:
         """
         participants(self._axis_name)
         transform_state = self._transform.init(batch_shape)
-        check_placement(
-            type(self).__name__, batch_shape, transform_state, self._axis_name, self._per_env
-        )
+        wrapper = type(self).__name__
+        check_placement(wrapper, batch_shape, transform_state, self._axis_name, self._per_env)
+        if batch_shape == () and self._axis_name is not None:
+            check_shared(wrapper, self._transform, transform_state, self._axis_name)
         return transform_state
 
     def reset_reward(self, transform_state: PyTree, reward: jax.Array) -> jax.Array:
@@ -247,6 +248,47 @@ def check_placement(
         "axis_name='envs' and vmap with the same axis name (one set merged across the "
         "axis); or pass per_env=True (one set per environment, or a single environment)."
     )
+
+
+def check_shared(wrapper: str, transform: RewardTransform, transform_state: PyTree, axis_name):
+    """Refuses, at trace time, a transform that merges nothing across the wrapper's axis.
+
+    A one-environment wrapper told ``axis_name`` promises statistics shared
+    across that axis; a transform built without it would keep one set per
+    environment, silently. The transform's step is traced once (not run) and
+    must hold a collective over every name of ``axis_name``.
+
+    Raises:
+      ValueError: naming the axis the transform does not share its statistics across.
+    """
+    if not has_statistics(transform_state):
+        return
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    sizes = [(name, participants(name)) for name in names]
+    reward = jnp.zeros((), jnp.float32)
+    step = jax.make_jaxpr(lambda state: transform.step(state, reward, False, False), axis_env=sizes)
+    missing = set(names) - _collective_axes(step(transform_state).jaxpr)
+    if missing:
+        raise ValueError(
+            f"{wrapper} has axis_name={axis_name!r}, but its transform merges nothing across "
+            f"{sorted(missing, key=str)}, so every environment would keep its own statistics: "
+            f"build the transform with the same axis_name (e.g. rn.normalize_reward(..., "
+            f"axis_name={axis_name!r}))."
+        )
+
+
+def _collective_axes(jaxpr) -> set:
+    """The named axes of every collective in ``jaxpr`` and the jaxprs nested in it."""
+    found: set = set()
+    for eqn in jaxpr.eqns:
+        axes = eqn.params.get("axes", ())
+        found.update(axes if isinstance(axes, tuple) else (axes,))
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a closed jaxpr holds its jaxpr
+                if hasattr(inner, "eqns"):
+                    found |= _collective_axes(inner)
+    return found
 
 
 def _is_return(path) -> bool:

@@ -55,15 +55,19 @@ def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
 
 
 def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
-    """Tracked returns as a float64 array of ``shape`` (a number broadcasts), all finite."""
+    """Tracked returns as a float64 array of ``shape`` (a number broadcasts), none NaN.
+
+    A return past float64's range is ``inf`` (a run reaches it, and keeps it until its
+    episode ends); NaN is refused, since no step produces it.
+    """
     try:
         array = np.broadcast_to(real_array(name, value).astype(np.float64), shape)
     except ValueError as error:
         raise ValueError(
             f"{name} should be a number or an array of shape {shape}, got {value!r}."
         ) from error
-    if not np.isfinite(array).all():
-        raise ValueError(f"{name} should hold finite returns, got {value!r}.")
+    if np.isnan(array).any():
+        raise ValueError(f"{name} should hold returns a run reaches (no NaN), got {value!r}.")
     return array
 
 
@@ -76,7 +80,7 @@ def returns_property(name: str, kind: str) -> Any:
 
     doc = (
         f"The tracked discounted returns: {kind}. The wrapper's own array, so in-place writes "
-        "take effect; an assignment is checked (finite returns of this shape) and copied in."
+        "take effect; an assignment is checked (returns of this shape, no NaN) and copied in."
     )
     return property(lambda self: getattr(self, attr), assign, doc=doc)
 

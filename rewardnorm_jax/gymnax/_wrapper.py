@@ -48,9 +48,11 @@ def episode_ends(result: tuple) -> tuple[jax.Array, jax.Array]:
             "(obs, state, reward, terminated, truncated, info) or 5 (obs, state, reward, "
             "done, info)."
         )
-    done, info = jnp.asarray(result[3], bool), result[4]
+    reward, info = result[2], result[4]
+    done = adapter.align_flag("done", jnp.asarray(result[3], bool), reward)
     if isinstance(info, Mapping) and "discount" in info:
-        terminated = done & (jnp.asarray(info["discount"]) == 0)
+        ended = adapter.align_flag('info["discount"]', jnp.asarray(info["discount"]) == 0, reward)
+        terminated = done & ended
     else:
         terminated = done
     return terminated, done & ~terminated
@@ -73,7 +75,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
     reward, done, info)`` (``LegacyStepAPIWrapper``, PureJaxRL's wrappers,
     Craftax), where an end with ``info["discount"] == 0`` is a termination, any
     other end a truncation, and without ``"discount"`` every end a termination.
-    Both are jitted with a static ``self`` and return identical pytrees, so
+    Both run jitted with a static ``self`` and return identical pytrees, so
     they fit ``lax.scan`` and ``lax.cond``. The state is a
     :class:`RewardWrapperState` with the inner
     state in ``env_state`` (as gymnax's ``LogWrapper``), the transform state in
@@ -160,7 +162,6 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
             update_stats=jnp.array(True),
         )
 
-    @partial(jax.jit, static_argnames=("self",))
     def step(
         self,
         key: jax.Array,
@@ -187,8 +188,13 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
         Raises:
           ValueError: if ``update_stats`` is not a scalar, or the wrapped
             step returns neither six nor five values.
+          TypeError: if ``update_stats`` is no flag (a string, a complex number).
         """
-        update_stats = adapter.check_update_stats(update_stats)
+        update_stats = adapter.check_update_stats(update_stats)  # before jit reads it
+        return self._step(key, state, action, params, update_stats)
+
+    @partial(jax.jit, static_argnames=("self",))
+    def _step(self, key, state, action, params, update_stats) -> tuple[Any, ...]:
         result = self._env.step(key, state.env_state, action, params)
         obs, env_state, reward = result[:3]
         reward, transform_state = self.step_reward(
