@@ -680,3 +680,25 @@ def test_a_wrapper_axis_name_needs_a_transform_that_merges_across_it():
     _, state = wrapped.reset(keys, params)
     _, state, *_ = wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params)
     assert rn.count_as_int(state.transform_state[0].stats).tolist() == [4] * 4  # one set
+
+
+class PerAgentRewards(GymnaxWrapper):
+    """A five-value step with three rewards and discounts per environment, one done."""
+
+    def reset(self, key, params=None):
+        return self._env.reset(key, params)
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, done, info = self._env.step(key, state, action, params)
+        agents = jnp.ones(3)
+        discount = info["discount"][..., None] * agents
+        return obs, state, reward[..., None] * agents, done, {**info, "discount": discount}
+
+
+def test_per_agent_rewards_of_a_five_value_step_get_an_error_naming_the_reward_shape():
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(PerAgentRewards(rgx.VecEnv(LegacyStepAPIWrapper(env))))
+    keys = jax.random.split(jax.random.key(0), 4)  # 4 environments, 3 agents
+    _, state = wrapped.reset(keys, params)
+    with pytest.raises(ValueError, match=r"reward has shape \(4, 3\).*batch_shape=\(4,\)"):
+        wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params)
