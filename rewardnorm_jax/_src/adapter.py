@@ -67,7 +67,8 @@ class TransformWrapper:
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-          TypeError: if ``per_env`` is not a bool or ``axis_name`` is no axis name.
+          TypeError: if ``per_env`` is not a bool (an ``axis_name`` that is no
+            axis name, or that no map binds, is refused at the reset).
         """
         super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper, next in the MRO
         self._transform = check_transform(transform)

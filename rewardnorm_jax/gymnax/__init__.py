@@ -8,7 +8,8 @@ API:
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
   clip=<semantics default>, dtype=None, axis_name=None, per_env=False,
   **options)`` (options
-  ``decay``, ``shared``, ``g_max`` go to ``rewardnorm_jax.normalize_reward``),
+  ``decay``, ``shared``, ``g_max``, ``finite_rewards`` go to
+  ``rewardnorm_jax.normalize_reward``),
   ``TransformReward(env, fn)``, ``ClipReward(env, low=-1.0, high=1.0)``.
 * ``wrapper.reset(key, params=None, stats_from=None) -> (obs, state)`` and
   ``wrapper.step(key, state, action, params=None, update_stats=True) ->
