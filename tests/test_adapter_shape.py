@@ -2,6 +2,8 @@
 
 import importlib
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 import rewardnorm_jax as rn
@@ -43,3 +45,69 @@ def test_normalize_reward_keeps_its_hyperparameters_and_transform(name):
     assert shared_off.transform.config["shared"] is False
     clipped = module.RewardTransformWrapper(env, rn.clip_reward())
     assert clipped.transform.config["transform"] == "clip_reward"
+
+
+def make_env(name):
+    """A real environment of the suite (Brax's positional backend compiles quickly)."""
+    if name == "gymnax":
+        return importlib.import_module("gymnax").make("CartPole-v1")[0]
+    if name == "brax":
+        envs = importlib.import_module("brax.envs")
+        return envs.get_environment("inverted_pendulum", backend="positional")
+    return importlib.import_module("jumanji").make("Snake-v1")
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_adapter_wrappers_do_not_stack(name):
+    """One wrapper per stack: a freeze or a checkpoint would miss the inner statistics."""
+    module = importlib.import_module(f"rewardnorm_jax.{name}")
+    inner = module.NormalizeReward(make_env(name), per_env=True)
+    with pytest.raises(ValueError, match=r"already holds NormalizeReward.*rn\.chain"):
+        module.RewardTransformWrapper(inner, rn.clip_reward(-10.0, 10.0))
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_per_env_says_one_thing(name):
+    module = importlib.import_module(f"rewardnorm_jax.{name}")
+    with pytest.raises(ValueError, match=r"per_env=True.*axis_name='envs'.*pass one of them"):
+        module.NormalizeReward(make_env(name), per_env=True, axis_name="envs")
+
+
+def test_per_env_around_a_batch_is_refused_for_shared_false():
+    gymnax = pytest.importorskip("gymnax")
+    rgx = importlib.import_module("rewardnorm_jax.gymnax")
+    env, params = gymnax.make("CartPole-v1")
+    keys = jax.random.split(jax.random.key(0), 3)
+    with pytest.raises(ValueError, match=r"per_env=True but serves a batch of shape \(3,\)"):
+        rgx.NormalizeReward(rgx.VecEnv(env), per_env=True).reset(keys, params)
+    _, state = rgx.NormalizeReward(rgx.VecEnv(env), shared=False).reset(keys, params)
+    assert state.transform_state.stats.mean.shape == (3,)  # one set per environment
+
+
+def test_crafted_transform_states_are_refused_by_the_state_helpers():
+    gymnax = pytest.importorskip("gymnax")
+    rgx = importlib.import_module("rewardnorm_jax.gymnax")
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.NormalizeReward(rgx.VecEnv(env))
+    keys = jax.random.split(jax.random.key(0), 3)
+    _, state = wrapped.reset(keys, params)
+    learned = rgx.get_transform_state(state)
+    crafted = learned.replace(stats=learned.stats.replace(moments=learned.stats.moments * jnp.nan))
+    with pytest.raises(ValueError, match=r"transform_state: .*mean holds nan"):
+        rgx.set_transform_state(state, crafted)
+    with pytest.raises(ValueError, match=r"stats_from: .*mean holds nan"):
+        rgx.with_stats_from(state, crafted)
+    with pytest.raises(ValueError, match=r"stats_from: .*mean holds nan"):
+        wrapped.reset(keys, params, crafted)
+    with pytest.raises(ValueError, match="holds shapes, not arrays"):
+        rgx.set_transform_state(state, jax.eval_shape(lambda: learned))
+    assert rgx.get_transform_state(rgx.set_transform_state(state, learned)) is learned
+
+
+def test_a_list_axis_name_is_a_tuple_of_names():
+    gymnax = pytest.importorskip("gymnax")
+    rgx = importlib.import_module("rewardnorm_jax.gymnax")
+    env, params = gymnax.make("CartPole-v1")
+    wrapped = rgx.VecEnv(rgx.NormalizeReward(env, axis_name=["envs"]), axis_name="envs")
+    _, state = wrapped.reset(jax.random.split(jax.random.key(0), 3), params)
+    assert state.transform_state.ret.shape == (3,)

@@ -174,15 +174,17 @@ class IntegerRewards(brax_envs.Wrapper):  # type: ignore[name-defined]  # brax i
 
     def reset(self, rng):
         state = self.env.reset(rng)
-        return state.replace(reward=state.reward.astype(jnp.int32))
+        return state.replace(reward=jnp.asarray(state.reward).astype(jnp.int32))
 
     def step(self, state, action):
         state = self.env.step(state, action)
-        return state.replace(reward=state.reward.astype(jnp.int32))
+        return state.replace(reward=jnp.asarray(state.reward).astype(jnp.int32))
 
 
 def test_integer_rewards_normalize_to_floats_from_the_reset_on():
-    wrapped = rnb.NormalizeReward(IntegerRewards(pendulum()), GAMMA)
+    inner = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    # inside Brax's EpisodeWrapper, whose scan carries the inner environment's reward type
+    wrapped = rnb.NormalizeReward(brax_envs.training.wrap(IntegerRewards(inner), 25), GAMMA)
 
     @jax.jit
     def run(key):
@@ -220,3 +222,14 @@ def test_an_axis_name_no_map_binds_is_refused_at_the_reset():
     unnamed = brax_envs.training.wrap(rnb.NormalizeReward(env, axis_name="envs"), 10)
     with pytest.raises(ValueError, match=r"axis_name='envs'.*jax.vmap\(\.\.\., axis_name='envs'\)"):
         jax.eval_shape(unnamed.reset, jax.random.split(jax.random.PRNGKey(0), 3))
+
+
+def test_a_wrapper_that_cannot_see_truncations_refuses_semantics_that_reset_at_them():
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    inside = rnb.NormalizeReward(env, per_env=True, semantics="purejaxrl")
+    with pytest.raises(ValueError, match=r"sees no info\['truncation'\].*reset_before='done'"):
+        jax.eval_shape(brax_envs.training.wrap(inside, episode_length=10).reset, keys)
+    terminations_only = rnb.NormalizeReward(env, per_env=True)  # Gymnasium's semantics
+    state = jax.eval_shape(brax_envs.training.wrap(terminations_only, 10).reset, keys)
+    assert rnb.get_transform_state(state).ret.shape == (3,)

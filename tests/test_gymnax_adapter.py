@@ -255,7 +255,7 @@ def test_reset_and_step_give_identical_pytrees_under_lax_cond(make, batched):
 
 def test_attribute_proxying_and_gymnax_base_class():
     env, params = gymnax.make("CartPole-v1")
-    wrapped = rgx.NormalizeReward(rgx.ClipReward(env, 0.0, 1.0), gamma=0.9)
+    wrapped = rgx.NormalizeReward(FlattenObservationWrapper(env), gamma=0.9)
     assert isinstance(wrapped, GymnaxWrapper)
     assert wrapped.num_actions == env.num_actions == 2
     assert wrapped.name == env.name

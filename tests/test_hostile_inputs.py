@@ -568,3 +568,13 @@ def test_count_as_int_under_jit_says_where_to_call_it():
         TypeError, match=r"count_as_int reads the count on the host: call it outside jit"
     ):
         jax.jit(rn.count_as_int)(rn.init_stats())
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("clip", np.float16(0.0)), ("g_max", np.float16(0.0)), ("epsilon", np.float16(1e-8))],
+)
+def test_a_float16_hyperparameter_is_checked_at_its_value(name, value):
+    """float16(1e-8) is 0: compared in float16, float32's tiny rounded to 0 and let it pass."""
+    with pytest.raises(ValueError, match=f"{name} should be a positive number"):
+        rn.normalize_reward(**{name: value})

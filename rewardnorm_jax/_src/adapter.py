@@ -25,8 +25,9 @@ from flax import struct
 
 from rewardnorm_jax._src import base
 from rewardnorm_jax._src.base import RewardTransform, check_bool
+from rewardnorm_jax._src.checkpoint import check_values
 from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward
-from rewardnorm_jax._src.running_stats import participants
+from rewardnorm_jax._src.running_stats import check_axis_name, participants
 
 PyTree = Any
 RAW_REWARD = "raw_reward"  # the key under which an adapter keeps the reward before the transform
@@ -67,13 +68,22 @@ class TransformWrapper:
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-          TypeError: if ``per_env`` is not a bool (an ``axis_name`` that is no
-            axis name, or that no map binds, is refused at the reset).
+          ValueError: if ``env`` already holds an adapter's wrapper (compose
+            transforms with :func:`~rewardnorm_jax.chain` in one wrapper), or
+            both ``per_env`` and ``axis_name`` are given.
+          TypeError: if ``per_env`` is not a bool or ``axis_name`` no axis
+            name (a name that no map binds is refused at the reset).
         """
+        check_not_nested(env)
         super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper, next in the MRO
         self._transform = check_transform(transform)
-        self._axis_name = axis_name
+        self._axis_name = check_axis_name(axis_name)
         self._per_env = check_bool("per_env", per_env)
+        if self._per_env and self._axis_name is not None:
+            raise ValueError(
+                f"per_env=True keeps one set of statistics per environment, axis_name="
+                f"{axis_name!r} one set merged across the axis: pass one of them."
+            )
 
     @property
     def transform(self) -> RewardTransform:
@@ -90,7 +100,14 @@ class TransformWrapper:
         participants(self._axis_name)
         transform_state = self._transform.init(batch_shape)
         wrapper = type(self).__name__
-        check_placement(wrapper, batch_shape, transform_state, self._axis_name, self._per_env)
+        per_env = self._per_env or self._transform.config.get("shared") is False
+        if self._per_env and batch_shape != ():
+            raise ValueError(
+                f"{wrapper} has per_env=True but serves a batch of shape {batch_shape}: per_env "
+                "is for a wrapper serving one environment. For one set of statistics per "
+                "environment of a batch, build the transform with shared=False."
+            )
+        check_placement(wrapper, batch_shape, transform_state, self._axis_name, per_env)
         if batch_shape == () and self._axis_name is not None:
             check_shared(wrapper, self._transform, transform_state, self._axis_name)
         return transform_state
@@ -175,10 +192,36 @@ class NormalizeRewardWrapper(TransformWrapper):
             axis_name=axis_name,
             **options,
         )
-        per_env = check_bool("per_env", per_env) or not transform.config["shared"]
         super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
+
+
+def check_not_nested(env: Any) -> None:
+    """Refuses an environment that already holds an adapter's wrapper.
+
+    Stacked adapter wrappers would share one place for the transform state
+    (Brax's ``state.info`` keys, the raw reward's key) or hide the inner
+    state from :func:`get_transform_state` and :func:`set_update_stats`,
+    which reach the outermost only: a freeze or checkpoint would silently
+    miss the inner statistics. The wrappers of every suite keep the wrapped
+    environment in ``_env`` (gymnax, Jumanji) or ``env`` (Brax).
+
+    Raises:
+      ValueError: naming the inner wrapper and the one-wrapper composition.
+    """
+    inner, seen = env, set()
+    while inner is not None and id(inner) not in seen:
+        if isinstance(inner, TransformWrapper):
+            raise ValueError(
+                f"the environment already holds {type(inner).__name__}, a reward wrapper of "
+                "rewardnorm_jax; compose transforms in one wrapper instead, e.g. "
+                "RewardTransformWrapper(env, rn.chain(rn.normalize_reward(), "
+                "rn.clip_reward(-10.0, 10.0))) or NormalizeReward(env, clip=10.0)."
+            )
+        seen.add(id(inner))
+        attributes = getattr(inner, "__dict__", {})
+        inner = attributes.get("_env", attributes.get("env"))
 
 
 def check_transform(transform: Any) -> RewardTransform:
@@ -361,6 +404,7 @@ def set_transform_state(state: PyTree, transform_state: PyTree) -> PyTree:
     """
     current, update_stats = _read(state)
     check_same_layout(current, transform_state, "transform_state")
+    check_concrete_values(transform_state, "transform_state")
     return _write(state, transform_state, update_stats)
 
 
@@ -377,6 +421,7 @@ def with_stats_from(state: PyTree, stats_from: PyTree) -> PyTree:
         differs from it in structure, or in shape or dtype outside ``ret``.
     """
     current, update_stats = _read(state)
+    check_concrete_values(stats_from, "stats_from")
     return _write(state, keep_stats(current, stats_from), update_stats)
 
 
@@ -418,6 +463,29 @@ def check_update_stats(
             f"update_stats should have shape {valid}, got shape {jnp.shape(update_stats)}."
         )
     return jnp.asarray(update_stats, bool)
+
+
+def check_concrete_values(transform_state: PyTree, name: str) -> None:
+    """Refuses a transform state of shapes alone, or holding values no step produces.
+
+    The values are those :func:`~rewardnorm_jax.load_state` checks (a NaN
+    return or mean, a negative variance, ...). Under ``jit`` they are not
+    known yet, and a traced state passes.
+
+    Raises:
+      ValueError: naming the argument and the first field found wrong.
+    """
+    leaves = jax.tree.leaves(transform_state)
+    if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves):
+        raise ValueError(
+            f"{name} holds shapes, not arrays (a state from jax.eval_shape?); pass the "
+            "transform state of a run, e.g. get_transform_state(state)."
+        )
+    if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        try:
+            check_values(transform_state)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
 
 
 def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import math
 import numbers
 import operator
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -520,9 +521,10 @@ def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float
       ValueError: naming the parameter, its value and the valid range.
     """
     info = jnp.finfo(dtype)
-    in_range = is_real(value) and (
-        float(info.tiny) <= value <= float(info.max) or (allow_inf and value == float("inf"))
-    )
+    # Compared as a Python float: a float16 value would compare in float16, where
+    # float32's tiny rounds to 0.
+    number = float(value) if is_real(value) else math.nan
+    in_range = float(info.tiny) <= number <= float(info.max) or (allow_inf and number == math.inf)
     if not in_range:
         upper = "inf" if allow_inf else f"{float(info.max):.4g}"
         raise ValueError(

@@ -267,7 +267,7 @@ _VALUE_CHECKS: dict[type, Callable[[Any, str], None]] = {
 }
 
 
-def _check_values(state) -> None:
+def check_values(state) -> None:
     """Checks every state of a known type in ``state`` (:data:`_VALUE_CHECKS`), named by path.
 
     The other leaves (``CheckFiniteRewardState.step``, any count word, the
@@ -407,7 +407,7 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
             + "\n  ".join(shown)
         )
     state = serialization.from_state_dict(template, saved)
-    _check_values(state)
+    check_values(state)
     return jax.tree.map(
         lambda like, value: jnp.asarray(value) if isinstance(like, jax.Array) else value,
         template,

@@ -65,9 +65,14 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         Raises:
           ValueError: if the environment is one environment, the transform
             learns statistics and the wrapper has neither ``axis_name`` nor
-            ``per_env=True``.
+            ``per_env=True``; or if the environment reports no
+            ``info["truncation"]`` (the wrapper sits inside Brax's
+            ``EpisodeWrapper``) and the transform resets its return at
+            truncations.
         """
         state = self.env.reset(rng)
+        if TRUNCATION not in state.info:
+            self._check_truncations_not_needed()
         transform_state = self.init_transform_state(jnp.shape(state.reward))
         return state.replace(
             reward=self.reset_reward(transform_state, state.reward),
@@ -80,8 +85,8 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         # the inner environment sees its own info and metrics only
         info, metrics = dict(state.info), dict(state.metrics)
         transform_state, update_stats = info.pop(TRANSFORM_STATE), info.pop(UPDATE_STATS)
-        metrics.pop(RAW_REWARD)
-        state = self.env.step(state.replace(info=info, metrics=metrics), action)
+        inner = state.replace(info=info, metrics=metrics, reward=metrics.pop(RAW_REWARD))
+        state = self.env.step(inner, action)
         raw = state.reward
         done = jnp.asarray(state.done) > 0
         truncated = done & (jnp.asarray(state.info.get(TRUNCATION, False)) > 0)
@@ -93,6 +98,19 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
             info={**state.info, TRANSFORM_STATE: transform_state, UPDATE_STATS: update_stats},
             metrics={**state.metrics, RAW_REWARD: raw},
         )
+
+    def _check_truncations_not_needed(self) -> None:
+        """Refuses a transform that resets its return at truncations this wrapper cannot see."""
+        config = self.transform.config
+        resets = [k for k, v in config.items() if k.endswith(("reset_before", "reset_after"))]
+        if any(config[key] == "done" for key in resets):
+            raise ValueError(
+                f"{type(self).__name__} sees no info['truncation'] (it sits inside Brax's "
+                "EpisodeWrapper, which sets it), but its transform resets the return at "
+                f"truncations ({', '.join(f'{k}={config[k]!r}' for k in resets)}): place it "
+                "outermost (wrap_env_fn, or around envs.training.wrap(env)), or use "
+                'semantics="gymnasium", which resets at terminations only.'
+            )
 
 
 class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):

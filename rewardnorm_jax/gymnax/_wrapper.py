@@ -123,7 +123,6 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
       * v0.1.0 - Initially added.
     """
 
-    @partial(jax.jit, static_argnames=("self",))
     def reset(
         self,
         key: jax.Array,
@@ -150,8 +149,15 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
           ValueError: if ``stats_from`` is not a state of this wrapper's
             transform, or differs from it in shape or dtype outside ``ret``;
             if ``key`` is one environment's, the transform learns statistics
-            and the wrapper has neither ``axis_name`` nor ``per_env=True``.
+            and the wrapper has neither ``axis_name`` nor ``per_env=True``;
+            if ``stats_from`` holds values no step produces.
         """
+        if stats_from is not None:  # before jit hides the values
+            adapter.check_concrete_values(stats_from, "stats_from")
+        return self._reset(key, params, stats_from)
+
+    @partial(jax.jit, static_argnames=("self",))
+    def _reset(self, key, params, stats_from) -> tuple[PyTree, adapter.RewardWrapperState]:
         obs, env_state = self._env.reset(key, params)
         transform_state = self.init_transform_state(batch_shape_of_key(key))
         if stats_from is not None:
