@@ -115,6 +115,8 @@ def test_composes_with_auto_reset_wrappers_and_refuses_silent_per_env_statistics
     silent = VmapAutoResetWrapper(rnj.NormalizeReward(snake))
     with pytest.raises(ValueError, match=r"axis_name.*per_env=True"):
         jax.eval_shape(silent.reset, keys)
+    with pytest.raises(ValueError, match=r"NormalizeReward\(VmapAutoResetWrapper\(env\)\)"):
+        jax.eval_shape(silent.reset, keys)  # the placement that fits Jumanji's auto-reset
     per_env = VmapWrapper(rnj.NormalizeReward(snake, per_env=True))
     stats = jax.eval_shape(lambda k: per_env.reset(k)[0].transform_state.stats, keys)
     assert {leaf.shape[0] for leaf in jax.tree.leaves(stats)} == {3}  # one set per environment

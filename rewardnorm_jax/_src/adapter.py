@@ -48,8 +48,11 @@ class TransformWrapper:
     """What every adapter's ``RewardTransformWrapper`` shares, whatever its suite.
 
     Subclasses list their suite's wrapper class after this one, whose
-    ``__init__(env)`` it calls.
+    ``__init__(env)`` it calls, and may say how their suite batches the
+    wrapper in ``batched_example`` (``{}`` is the wrapper's class name).
     """
+
+    batched_example = "{}(VecEnv(env))"
 
     def __init__(
         self, env: Any, transform: RewardTransform, *, axis_name: Any = None, per_env: bool = False
@@ -107,7 +110,8 @@ class TransformWrapper:
                 "is for a wrapper serving one environment. For one set of statistics per "
                 "environment of a batch, build the transform with shared=False."
             )
-        check_placement(wrapper, batch_shape, transform_state, self._axis_name, per_env)
+        batched = self.batched_example.format(wrapper)
+        check_placement(wrapper, batch_shape, transform_state, self._axis_name, per_env, batched)
         if batch_shape == () and self._axis_name is not None:
             check_shared(wrapper, self._transform, transform_state, self._axis_name)
         return transform_state
@@ -263,7 +267,12 @@ def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.
 
 
 def check_placement(
-    wrapper: str, batch_shape: tuple[int, ...], transform_state: PyTree, axis_name, per_env: bool
+    wrapper: str,
+    batch_shape: tuple[int, ...],
+    transform_state: PyTree,
+    axis_name,
+    per_env: bool,
+    batched: str,
 ) -> None:
     """Refuses, at trace time, statistics silently split one set per environment.
 
@@ -288,7 +297,7 @@ def check_placement(
         "axis_name, so it would keep statistics of that environment alone; under a "
         "jax.vmap (a VecEnv, VmapWrapper or VmapAutoResetWrapper) every environment would "
         "silently get its own. Choose one: wrap the batched environment instead "
-        f"({wrapper}(VecEnv(env)) and the like: one set shared by the batch); pass "
+        f"({batched}: one set shared by the batch); pass "
         "axis_name='envs' and vmap with the same axis name (one set merged across the "
         "axis); or pass per_env=True (one set per environment, or a single environment)."
     )

@@ -59,6 +59,8 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
       * Unreleased - Initially added.
     """
 
+    batched_example = "{}(envs.training.wrap(env)), or wrap_env_fn for Brax's trainers"
+
     def reset(self, rng: jax.Array) -> State:
         """Resets the environment and the transform state (batch shape: the reward's).
 

@@ -55,6 +55,11 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
       * Unreleased - Initially added.
     """
 
+    batched_example = (
+        "{}(VmapAutoResetWrapper(env)); inside VmapAutoResetWrapper it would restart with "
+        "every episode, so neither per_env=True nor an axis_name fits there"
+    )
+
     def reset(self, key: jax.Array) -> tuple[RewardWrapperState, TimeStep]:
         """Resets the environment and the transform state (batch shape: the reward's).
 
