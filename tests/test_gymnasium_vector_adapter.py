@@ -523,3 +523,19 @@ def test_normalize_helper_refuses_complex_rewards():
     envs = NormalizeReward(ScriptedVectorEnv(np.ones((1, 3))))
     with pytest.raises(ValueError, match=r"reward should hold real numbers .* complex128"):
         envs.normalize(np.array([1 + 1j, 1.0, 1.0]))
+
+
+def test_clip_bounds_are_one_number_or_one_per_sub_environment():
+    inner = ScriptedVectorEnv(np.array([[-3.0, 0.5]]))
+    with pytest.raises(ValueError, match=r"max_reward should be .* \(2,\)\), got shape \(3,\)"):
+        ClipReward(inner, -1.0, np.array([1.0, 2.0, 3.0]))
+    envs = ClipReward(inner, np.array([-1.0, -2.0]), 1.0)
+    envs.reset()
+    assert envs.step(None)[1].tolist() == [-1.0, 0.5]
+
+
+def test_statistics_of_another_shape_assigned_to_return_rms_are_named_at_save(tmp_path):
+    envs = NormalizeReward(ScriptedVectorEnv(np.ones((2, 2))))
+    envs.return_rms = GymRunningMeanStd(shape=(2,))
+    with pytest.raises(ValueError, match=r"return_rms should hold .* shape \(\).*shape \(2,\)"):
+        envs.save(tmp_path / "stats")

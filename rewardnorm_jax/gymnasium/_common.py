@@ -178,6 +178,11 @@ class Normalizer:
         """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""
         rms = self.return_rms
         if not isinstance(rms, RunningMeanStd):  # a Gymnasium RunningMeanStd assigned by the user
+            if np.shape(rms.mean) != ():
+                raise ValueError(
+                    "return_rms should hold one set of statistics of shape () (the rewards' "
+                    f"statistics), got a {type(rms).__name__} of shape {np.shape(rms.mean)}."
+                )
             rms = RunningMeanStd()
             rms.count, rms.mean, rms.var = (
                 np.asarray(getattr(self.return_rms, key)).item() for key in ("count", "mean", "var")

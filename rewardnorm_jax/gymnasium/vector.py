@@ -175,5 +175,11 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
 
     def __init__(self, env: VectorEnv, min_reward=None, max_reward=None):
         clip = clip_function(min_reward, max_reward)
+        for name, bound in (("min_reward", min_reward), ("max_reward", max_reward)):
+            if np.shape(bound) not in ((), (env.num_envs,)):
+                raise ValueError(
+                    f"{name} should be a number or one bound per sub-environment (shape "
+                    f"({env.num_envs},)), got shape {np.shape(bound)}."
+                )
         gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
         TransformReward.__init__(self, env, clip)
