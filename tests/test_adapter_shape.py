@@ -4,6 +4,7 @@ import importlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import rewardnorm_jax as rn
@@ -111,3 +112,32 @@ def test_a_list_axis_name_is_a_tuple_of_names():
     wrapped = rgx.VecEnv(rgx.NormalizeReward(env, axis_name=["envs"]), axis_name="envs")
     _, state = wrapped.reset(jax.random.split(jax.random.key(0), 3), params)
     assert state.transform_state.ret.shape == (3,)
+
+
+def batched_state(name):
+    """The state (shapes only) of ``NormalizeReward`` around 4 environments of the suite."""
+    module = importlib.import_module(f"rewardnorm_jax.{name}")
+    if name == "gymnax":
+        wrapped = module.NormalizeReward(module.VecEnv(make_env(name)))
+        keys = jax.random.split(jax.random.key(0), 4)
+        return jax.eval_shape(wrapped.reset, keys, None)[1]
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    if name == "brax":
+        training = importlib.import_module("brax.envs").training
+        return jax.eval_shape(module.NormalizeReward(training.wrap(make_env(name), 10)).reset, keys)
+    batch = importlib.import_module("jumanji.wrappers").VmapAutoResetWrapper(make_env(name))
+    return jax.eval_shape(module.NormalizeReward(batch).reset, keys)[0]
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_flags_of_another_shape_or_type_are_refused_by_name(name):
+    module = importlib.import_module(f"rewardnorm_jax.{name}")
+    state = batched_state(name)
+    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
+        module.set_update_stats(state, jnp.ones(4, bool))
+    with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
+        module.set_update_stats(state, "False")
+    frozen = module.set_update_stats(state, np.bool_(False))  # a NumPy bool is a flag
+    assert jax.tree.structure(frozen) == jax.tree.structure(state)  # type: ignore[operator, unused-ignore]  # jax's PyTreeDef is opaque to mypy
+    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
+        module.NormalizeReward(make_env(name), per_env="no")

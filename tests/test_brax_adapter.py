@@ -204,19 +204,6 @@ def test_integer_rewards_normalize_to_floats_from_the_reset_on():
     assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
 
 
-def test_flags_of_another_shape_or_type_are_refused_by_name():
-    state = jax.eval_shape(
-        rnb.NormalizeReward(pendulum()).reset, jax.random.split(jax.random.PRNGKey(0), 4)
-    )
-    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
-        rnb.set_update_stats(state, jnp.ones(4, bool))
-    with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
-        rnb.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
-    assert not rnb.set_update_stats(state, np.bool_(False)).info["reward_update_stats"]
-    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
-        rnb.NormalizeReward(pendulum(), per_env="no")  # type: ignore[arg-type]  # on purpose
-
-
 def test_an_axis_name_no_map_binds_is_refused_at_the_reset():
     env = brax_envs.get_environment("inverted_pendulum", backend="positional")
     unnamed = brax_envs.training.wrap(rnb.NormalizeReward(env, axis_name="envs"), 10)

@@ -209,15 +209,3 @@ def test_integer_rewards_normalize_to_floats_from_the_reset_on():
     )
     np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))
     assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
-
-
-def test_flags_of_another_shape_or_type_are_refused_by_name():
-    base = jumanji.make("Snake-v1")
-    wrapped = rnj.NormalizeReward(VmapAutoResetWrapper(base))
-    state, _ = wrapped.reset(jax.random.split(jax.random.PRNGKey(0), 4))
-    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
-        rnj.set_update_stats(state, jnp.ones(4, bool))
-    with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
-        rnj.set_update_stats(state, "False")  # type: ignore[arg-type]  # on purpose
-    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
-        rnj.NormalizeReward(base, per_env="no")  # type: ignore[arg-type]  # on purpose
