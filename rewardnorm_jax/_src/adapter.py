@@ -70,10 +70,10 @@ class TransformWrapper:
             ``jax.vmap``).
 
         Raises:
-          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
-          ValueError: if ``env`` already holds an adapter's wrapper (compose
-            transforms with :func:`~rewardnorm_jax.chain` in one wrapper), or
-            both ``per_env`` and ``axis_name`` are given.
+          ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`,
+            ``env`` already holds an adapter's wrapper (compose transforms
+            with :func:`~rewardnorm_jax.chain` in one wrapper), or both
+            ``per_env`` and ``axis_name`` are given.
           TypeError: if ``per_env`` is not a bool or ``axis_name`` no axis
             name (a name that no map binds is refused at the reset).
         """
@@ -97,23 +97,18 @@ class TransformWrapper:
         """The transform's initial state for rewards of shape ``batch_shape``.
 
         Raises:
-          ValueError: as :func:`check_placement`, or for an ``axis_name`` that
-            no enclosing map binds (at the reset, not at the first step).
+          ValueError: as :func:`check_placement` (at the reset, not at the first step).
         """
-        participants(self._axis_name)
         transform_state = self._transform.init(batch_shape)
-        wrapper = type(self).__name__
-        per_env = self._per_env or self._transform.config.get("shared") is False
-        if self._per_env and batch_shape != ():
-            raise ValueError(
-                f"{wrapper} has per_env=True but serves a batch of shape {batch_shape}: per_env "
-                "is for a wrapper serving one environment. For one set of statistics per "
-                "environment of a batch, build the transform with shared=False."
-            )
-        batched = self.batched_example.format(wrapper)
-        check_placement(wrapper, batch_shape, transform_state, self._axis_name, per_env, batched)
-        if batch_shape == () and self._axis_name is not None:
-            check_shared(wrapper, self._transform, transform_state, self._axis_name)
+        check_placement(
+            type(self).__name__,
+            self.batched_example,
+            self._transform,
+            transform_state,
+            batch_shape,
+            self._axis_name,
+            self._per_env,
+        )
         return transform_state
 
     def reset_reward(self, transform_state: PyTree, reward: jax.Array) -> jax.Array:
@@ -268,54 +263,66 @@ def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.
 
 def check_placement(
     wrapper: str,
-    batch_shape: tuple[int, ...],
+    batched_example: str,
+    transform: RewardTransform,
     transform_state: PyTree,
+    batch_shape: tuple[int, ...],
     axis_name,
     per_env: bool,
-    batched: str,
 ) -> None:
-    """Refuses, at trace time, statistics silently split one set per environment.
+    """Refuses, at trace time, statistics placed other than the wrapper says.
 
     A wrapper that resets one environment (``batch_shape == ()``) and learns
-    statistics sees that environment's rewards alone. Under an unnamed
-    ``jax.vmap`` (PureJaxRL's or gymnax's ``VecEnv``, Brax's ``VmapWrapper``,
-    Jumanji's ``VmapAutoResetWrapper``) each environment then keeps its own
-    statistics, and nothing in the numbers shows it. So a wrapper that serves
-    one environment must say where its statistics live: shared across a named
-    axis (``axis_name``) or, explicitly, per environment (``per_env=True``).
+    statistics sees that environment's rewards alone.
+    Under an unnamed ``jax.vmap`` (PureJaxRL's or gymnax's ``VecEnv``, Brax's
+    ``VmapWrapper``, Jumanji's ``VmapAutoResetWrapper``) each environment then
+    keeps its own statistics, and nothing in the numbers shows it. So a
+    wrapper that serves one environment must say where its statistics live:
+    shared across a named axis (``axis_name``, which the transform must merge
+    across: its step is traced once, not run, and must hold a collective over
+    every name) or, explicitly, per environment (``per_env=True``, or a
+    transform built with ``shared=False``).
+
+    Args:
+      wrapper: the wrapper's class name, for the messages.
+      batched_example: how the suite batches the wrapper (``{}`` is ``wrapper``).
+      transform: the wrapper's transform.
+      transform_state: its initial state.
+      batch_shape: the shape of the rewards it serves.
+      axis_name: the wrapper's ``axis_name``.
+      per_env: the wrapper's ``per_env``.
 
     Raises:
-      ValueError: for a one-environment wrapper with statistics and neither
-        ``axis_name`` nor ``per_env=True``.
+      ValueError: for an ``axis_name`` that no enclosing map binds;
+        ``per_env=True`` around a batch; a one-environment wrapper with
+        statistics and no placement said; an ``axis_name`` the transform
+        merges nothing across.
     """
-    if batch_shape != () or axis_name is not None or per_env:
+    participants(axis_name)  # an unbound name is refused here, at the reset
+    if per_env and batch_shape != ():
+        raise ValueError(
+            f"{wrapper} has per_env=True but serves a batch of shape {batch_shape}: per_env "
+            "is for a wrapper serving one environment. For one set of statistics per "
+            "environment of a batch, build the transform with shared=False."
+        )
+    if batch_shape != () or not has_statistics(transform_state):
         return
-    if not has_statistics(transform_state):
-        return
-    raise ValueError(
-        f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
-        "axis_name, so it would keep statistics of that environment alone; under a "
-        "jax.vmap (a VecEnv, VmapWrapper or VmapAutoResetWrapper) every environment would "
-        "silently get its own. Choose one: wrap the batched environment instead "
-        f"({batched}: one set shared by the batch); pass "
-        "axis_name='envs' and vmap with the same axis name (one set merged across the "
-        "axis); or pass per_env=True (one set per environment, or a single environment)."
-    )
+    if axis_name is not None:
+        _check_shared(wrapper, transform, transform_state, axis_name)
+    elif not (per_env or transform.config.get("shared") is False):
+        raise ValueError(
+            f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
+            "axis_name, so it would keep statistics of that environment alone; under a "
+            "jax.vmap (a VecEnv, VmapWrapper or VmapAutoResetWrapper) every environment "
+            "would silently get its own. Choose one: wrap the batched environment instead "
+            f"({batched_example.format(wrapper)}: one set shared by the batch); pass "
+            "axis_name='envs' and vmap with the same axis name (one set merged across the "
+            "axis); or pass per_env=True (one set per environment, or a single environment)."
+        )
 
 
-def check_shared(wrapper: str, transform: RewardTransform, transform_state: PyTree, axis_name):
-    """Refuses, at trace time, a transform that merges nothing across the wrapper's axis.
-
-    A one-environment wrapper told ``axis_name`` promises statistics shared
-    across that axis; a transform built without it would keep one set per
-    environment, silently. The transform's step is traced once (not run) and
-    must hold a collective over every name of ``axis_name``.
-
-    Raises:
-      ValueError: naming the axis the transform does not share its statistics across.
-    """
-    if not has_statistics(transform_state):
-        return
+def _check_shared(wrapper: str, transform: RewardTransform, transform_state: PyTree, axis_name):
+    """Refuses a transform whose step holds no collective over a name of ``axis_name``."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     sizes = [(name, participants(name)) for name in names]
     reward = jnp.zeros((), jnp.float32)
