@@ -2,7 +2,8 @@
 
 * ``lint``: ruff format --check, ruff check, mypy.
 * ``full``: every extra, at the oldest supported Python, JAX and Gymnasium
-  (gymnax, which needs JAX < 0.12 and Gymnasium < 1.4); the whole suite.
+  (gymnax, which needs JAX < 0.12 and Gymnasium < 1.4; Brax's trainers and
+  MuJoCo Playground, which need JAX < 0.10); the whole suite.
 * ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax; the
   whole suite (tests that need gymnax skip, naming the extra), including the
   side by side comparison with Gymnasium 1.4's own wrappers.

@@ -22,6 +22,7 @@ OPTIONAL = {
     "gymnasium": "gymnasium",
     "brax": "brax",
     "jumanji": "jumanji",
+    "mujoco_playground": "playground",
     "craftax": "craftax",
     "optax": "demo",
     "matplotlib": "demo",

@@ -11,6 +11,7 @@ brax_envs = pytest.importorskip("brax.envs", reason="the brax extra is not insta
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import brax as rnb  # noqa: E402
+from tests import brax_recorder  # noqa: E402
 from tests.streams import jit_scan_steps  # noqa: E402
 
 GAMMA = 0.99
@@ -220,3 +221,52 @@ def test_a_wrapper_that_cannot_see_truncations_refuses_semantics_that_reset_at_t
     terminations_only = rnb.NormalizeReward(env, per_env=True)  # Gymnasium's semantics
     state = jax.eval_shape(brax_envs.training.wrap(terminations_only, 10).reset, keys)
     assert rnb.get_transform_state(state).ret.shape == (3,)
+
+
+def test_brax_sac_trains_on_normalized_rewards_and_evaluates_raw_returns():
+    """Brax's own SAC through ``wrap_env_fn``: every step it stored was normalized as the core.
+
+    SAC stores each step's transformed reward in its replay buffer as it
+    collects (its prefill included): the recorded rewards equal the core fed
+    the raw rewards and episode ends, and the statistics counted every step.
+    """
+    from brax.training.agents.sac import networks as sac_networks
+    from brax.training.agents.sac import train as sac
+
+    env = brax_envs.get_environment("inverted_pendulum", backend="positional")
+    transform = rn.normalize_reward(GAMMA, semantics="purejaxrl")
+    records: list = []
+    progress: list = []
+    sac.train(
+        environment=env,
+        wrap_env_fn=brax_recorder.recording_wrap_env_fn(transform, records),
+        eval_env=rnb.RawRewardEvaluation(env),
+        num_timesteps=640,
+        num_evals=2,
+        episode_length=EPISODE_LENGTH,
+        num_envs=8,
+        batch_size=32,
+        min_replay_size=64,
+        grad_updates_per_step=1,
+        num_eval_envs=8,
+        network_factory=functools.partial(sac_networks.make_sac_networks, hidden_layer_sizes=(16,)),
+        seed=0,
+        progress_fn=lambda step, metrics: progress.append((step, metrics)),
+    )
+    steps = brax_recorder.stream(records)
+    raw = steps["raw"]
+    assert raw.shape == (80, 8)  # 8 prefill steps, then 72 training steps, of 8 environments
+    assert steps["terminated"].any()  # the pendulum falls
+    assert steps["truncated"].any()  # and reaches the 25-step limit
+    core_state, expected = jit_scan_steps(transform, raw, steps["terminated"], steps["truncated"])
+    np.testing.assert_allclose(steps["reward"], expected, rtol=4 * FLOAT32_ULP, atol=0)
+    (final,) = steps["final"]
+    last_step, last = progress[-1]
+    assert rn.count_as_int(final.stats) == raw.size == last_step  # Brax's own step count
+    np.testing.assert_array_equal(final.ret, core_state.ret)
+    np.testing.assert_allclose(final.stats.var, core_state.stats.var, rtol=4 * FLOAT32_ULP)
+    # raw returns: the pendulum pays 1 per step while up, so return = episode length
+    np.testing.assert_allclose(
+        last["eval/episode_reward"], last["eval/avg_episode_length"], rtol=1e-5
+    )
+    assert "eval/episode_raw_reward" not in last  # evaluation saw no transform
