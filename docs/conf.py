@@ -1,7 +1,8 @@
 """Sphinx configuration of the rewardnorm_jax documentation.
 
 Build (warnings are errors): ``sphinx-build -W --keep-going -b html docs docs/_build/html``;
-run the pages' examples: ``sphinx-build -W --keep-going -b doctest docs docs/_build/doctest``.
+run the pages' examples: ``sphinx-build -W --keep-going -b doctest docs docs/_build/doctest``;
+screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
 """
 
 import os
@@ -16,11 +17,13 @@ copyright = "rewardnorm_jax contributors"
 
 extensions = [
     "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
     "sphinx.ext.napoleon",
     "sphinx.ext.doctest",
     "sphinx.ext.mathjax",
     "sphinx.ext.viewcode",
     "myst_nb",  # Markdown pages (MyST) and notebooks
+    "sphinx_copybutton",
 ]
 
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -36,7 +39,13 @@ autodoc_member_order = "bysource"
 # The Brax and Jumanji adapters are documented without their frameworks installed.
 autodoc_mock_imports = ["brax", "jumanji", "mujoco_playground"]
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": False}
+# Types for the documented arguments only: a class's fields are documented once, as attributes.
+autodoc_typehints_description_target = "documented"
+autodoc_default_options = {
+    "members": True,
+    "exclude-members": "replace",  # flax.struct's generated copy-with-changes method
+}
+autosummary_generate = False  # the tables link to the entries on the same page
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # "Attributes:" as fields: NamedTuple fields are documented once
@@ -50,6 +59,18 @@ import numpy as np
 import rewardnorm_jax as rn
 """
 
-html_theme = "alabaster"
+html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_title = "rewardnorm_jax"
+html_theme_options = {
+    "show_toc_level": 2,
+    "navbar_persistent": [],  # no page-wide header: the sidebar has the search field
+}
+
+# Display equations wider than the content column break into lines (MathJax 4).
+mathjax4_config = {"output": {"displayOverflow": "linebreak"}}
+
+# The copy button leaves out the prompts and the output of the examples.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
