@@ -5,8 +5,11 @@ run the pages' examples: ``sphinx-build -W --keep-going -b doctest docs docs/_bu
 screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
 """
 
+import inspect
 import os
 import sys
+
+from sphinx.util.inspect import stringify_signature
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)  # document the working tree, installed or not
@@ -49,6 +52,32 @@ autosummary_generate = False  # the tables link to the entries on the same page
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_ivar = True  # "Attributes:" as fields: NamedTuple fields are documented once
+
+
+def skip_field_aliases(app, what, name, obj, skip, options):
+    """Leaves out a NamedTuple's generated field entries ("Alias for field number 0")."""
+    if (getattr(obj, "__doc__", None) or "").startswith("Alias for field number"):
+        return True
+    return None
+
+
+def init_signature(app, what, name, obj, options, signature, return_annotation):
+    """The arguments of ``__init__`` for a class on a mocked base (Brax's, Jumanji's ``Wrapper``).
+
+    The mock's ``__new__`` would give every such class the signature ``(*args, **kwargs)``.
+    """
+    if what != "class" or signature != "(*args, **kwargs)":
+        return None
+    parameters = list(inspect.signature(obj.__init__).parameters.values())[1:]  # no self
+    init = inspect.Signature(parameters)
+    return stringify_signature(init, show_annotation=False), return_annotation
+
+
+def setup(app):
+    """Connects the hooks above."""
+    app.connect("autodoc-skip-member", skip_field_aliases)
+    app.connect("autodoc-process-signature", init_signature)
+
 
 # The examples on the pages run in one namespace per page, under the doctest builder.
 doctest_test_doctest_blocks = ""  # docstrings' examples run under pytest --doctest-modules

@@ -11,7 +11,9 @@ that is cut off or spills into the margin), naming the page and the element::
     python docs/screenshots.py --html docs/_build/html --full-page api.html faq.html
 
 Needs the ``docs`` extra (to build) and Chromium (Debian: ``apt-get install chromium``).
-Not part of ``nox``: it needs a browser, and its pictures are for a person to look at.
+The pages load MathJax from its CDN; without a network, ``npm install mathjax@4`` and pass
+``--mathjax node_modules`` to see the math typeset. Not part of ``nox``: it needs a browser,
+and its pictures are for a person to look at.
 """
 
 import argparse
@@ -60,6 +62,7 @@ window.addEventListener("load", () => setTimeout(() => {
 }, 500));
 </script>"""
 ATTRIBUTE = re.compile(r'data-layout-check="([^"]*)"')
+SLICE = 16000  # px of a page in one --full-page screenshot: Chromium's limit is 16384
 MATHJAX = re.compile(r'<script[^>]*src="[^"]*/tex-mml-chtml\.js"[^>]*>')
 
 
@@ -104,13 +107,17 @@ def chromium(browser: str, width: int, height: int, *arguments: str) -> str:
 
 
 @contextlib.contextmanager
-def prepared(page: pathlib.Path, mathjax: pathlib.Path | None) -> Iterator[str]:
+def prepared(page: pathlib.Path, mathjax: pathlib.Path | None, offset: int = 0) -> Iterator[str]:
     """A copy of ``page`` beside it with CHECK added, as a URI.
 
     With ``mathjax`` (a ``node_modules`` folder holding ``mathjax`` and its fonts), the
-    copy loads MathJax from there instead of its CDN.
+    copy loads MathJax from there instead of its CDN. With ``offset``, the page starts that
+    many pixels further down (headless Chromium's screenshots do not scroll).
     """
     text = page.read_text(encoding="utf-8").replace("</body>", CHECK + "</body>", 1)
+    if offset:
+        style = f"<style>body {{ margin-top: -{offset}px !important; }}</style>"
+        text = text.replace("</head>", style + "</head>", 1)
     if mathjax is not None:
         root = mathjax.resolve()
         fonts = json.dumps((root / "@mathjax").as_uri())
@@ -147,7 +154,9 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=1600)
     parser.add_argument(
-        "--full-page", action="store_true", help="the whole height of each page (to 16000 px)"
+        "--full-page",
+        action="store_true",
+        help="the whole height of each page (in screenshots of 16000 px: api.png, api-2.png)",
     )
     parser.add_argument("--browser", help="the Chromium executable (default: found on PATH)")
     parser.add_argument(
@@ -170,12 +179,17 @@ def main() -> int:
     taken = args.page or pages(site)
     failed = 0
     for relative in taken:
-        png = (args.out / "__".join(relative.with_suffix(".png").parts)).resolve()
         with prepared(site / relative, args.mathjax) as uri:
             height, found = check(browser, uri, args.width, args.height)
-            shot_height = min(max(height, args.height), 16000) if args.full_page else args.height
-            chromium(browser, args.width, shot_height, f"--screenshot={png}", uri)
-        print(f"{'OVERFLOW' if found else 'ok':8} {relative} -> {png}")
+        stem = "__".join(relative.with_suffix("").parts)
+        offsets = range(0, max(height, 1), SLICE) if args.full_page else range(1)
+        for number, offset in enumerate(offsets, 1):
+            png = (args.out / f"{stem}{f'-{number}' if number > 1 else ''}.png").resolve()
+            tall = min(height - offset, SLICE) if args.full_page else 0
+            with prepared(site / relative, args.mathjax, offset) as uri:
+                shot = f"--screenshot={png}"
+                chromium(browser, args.width, max(tall, args.height), shot, uri)
+        print(f"{'OVERFLOW' if found else 'ok':8} {relative} -> {stem}.png ({len(offsets)} taken)")
         for line in found:
             print(f"         {line}")
         failed += bool(found)
