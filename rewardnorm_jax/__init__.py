@@ -23,6 +23,7 @@ from rewardnorm_jax._src.percentile import (
     percentile_scale_reward,
     update_percentiles,
 )
+from rewardnorm_jax._src.replay import normalize_sampled
 from rewardnorm_jax._src.running_stats import (
     PRIOR_COUNT,
     RunningStats,
@@ -67,6 +68,7 @@ __all__ = [
     "load_state",
     "merge_stats",
     "normalize_reward",
+    "normalize_sampled",
     "percentile_scale",
     "percentile_scale_reward",
     "save_state",

@@ -1,0 +1,80 @@
+r"""Rewards sampled from a replay buffer, transformed with the current statistics.
+
+Off-policy learners (SAC, TD3) store transitions and train on samples drawn
+later. A normalizer for them learns its statistics from the collection stream
+(the transform's ``step`` or ``update`` on every environment step, as an
+adapter's wrapper does) and normalizes each sampled batch when it is drawn,
+with the statistics of that moment, so old transitions are rescaled as the
+statistics move (rejax, FastTD3). The buffer keeps the raw rewards.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from rewardnorm_jax._src import adapter, base
+
+
+def normalize_sampled(
+    transform: base.RewardTransform, state: base.PyTree, reward: jax.typing.ArrayLike
+) -> jax.Array:
+    r"""Transforms rewards of any shape (a replay sample) with the statistics in ``state``.
+
+    ``transform.normalize`` expects rewards of the shape the state was
+    initialised with (the collecting batch); a replay sample has another shape.
+    This is ``transform.normalize`` on a state of the sample's shape holding the
+    statistics of ``state`` (its tracked returns play no part in normalizing).
+    For :func:`~rewardnorm_jax.normalize_reward`:
+
+    .. math::
+      \tilde r_j = \frac{r_j}{\max\big(\sqrt{\sigma^2 + \epsilon},\; M / g_{max}\big)}
+
+    with :math:`\sigma^2` the running variance of the discounted return and,
+    with ``g_max``, :math:`M` the running maximum of :math:`|G|` (without
+    ``g_max`` the divisor is :math:`\sqrt{\sigma^2 + \epsilon}`). Nothing is
+    learned: the statistics come from the collection stream.
+
+    Args:
+      transform: the transform that learned ``state``, e.g.
+        ``rn.normalize_reward(0.99, g_max=10.0)``.
+      state: its state (e.g. ``get_transform_state`` of an adapter's
+        environment state), with one set of statistics (``shared=True``, the
+        default).
+      reward: raw rewards of any shape, e.g. ``(batch,)`` sampled transitions.
+
+    Returns:
+      The transformed rewards, of ``reward``'s shape.
+
+    Raises:
+      ValueError: if ``transform`` is no :class:`~rewardnorm_jax.RewardTransform`,
+        or its statistics are kept per environment (``shared=False``: a
+        sampled reward has no environment), or ``state`` is not a state of
+        ``transform``.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> norm = rn.normalize_reward(0.99, g_max=10.0)
+      >>> state = norm.init(4)   # four collecting environments
+      >>> for _ in range(3):
+      ...     _, state = norm.step(state, jnp.ones(4))
+      >>> sampled = jnp.array([1.0, 0.5, 1.0, 0.0, 2.0, 1.0])  # six replayed rewards
+      >>> [round(float(r), 3) for r in rn.normalize_sampled(norm, state, sampled)]
+      [1.243, 0.622, 1.243, 0.0, 2.487, 1.243]
+
+    References:
+      FastTD3 (Seo et al., `FastTD3: Simple, Fast, and Capable Reinforcement
+      Learning for Humanoid Control <https://arxiv.org/abs/2505.22642>`_, 2025),
+      ``fast_td3_utils.RewardNormalizer``; SimbaV2 (Lee et al., 2025) for
+      ``g_max``; rejax's off-policy reward normalization.
+    """
+    adapter.check_transform(transform)
+    shape = jnp.shape(reward)
+    fresh = transform.init(shape)
+    try:
+        sample_state = adapter.keep_stats(fresh, state)
+    except ValueError as error:
+        raise ValueError(
+            f"normalize_sampled: state does not fit rewards of shape {shape}: {error} "
+            "A sampled batch is normalized with one set of statistics (a transform "
+            "built with shared=True, the default) learned by this transform."
+        ) from None
+    return transform.normalize(sample_state, reward)

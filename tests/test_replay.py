@@ -1,0 +1,58 @@
+"""rewardnorm_jax.normalize_sampled: replayed rewards with the statistics of the collection."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rewardnorm_jax as rn
+from tests.streams import jit_scan_steps
+
+rng = np.random.default_rng(0)
+REWARDS = jnp.asarray(rng.normal(1.0, 2.0, (30, 4)), jnp.float32)
+TERMINATED = jnp.asarray(rng.random((30, 4)) < 0.1)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("options", [{}, {"g_max": 1.0}, {"decay": 0.9}, {"clip": 0.5}])
+def test_a_sample_of_any_shape_is_normalized_as_the_collecting_batch_would_be(jit, options):
+    norm = rn.normalize_reward(0.99, **options)
+    state, _ = jit_scan_steps(norm, REWARDS, TERMINATED)
+    sampled = jnp.asarray(rng.normal(0.0, 3.0, (3, 8)), jnp.float32)
+    fn = jax.jit(rn.normalize_sampled, static_argnums=0) if jit else rn.normalize_sampled
+    got = fn(norm, state, sampled)
+    assert got.shape == sampled.shape
+    # the same rewards through the collecting batch's own normalize, four at a time
+    same = jnp.stack([norm.normalize(state, row) for row in sampled.reshape(6, 4)])
+    np.testing.assert_allclose(got.reshape(6, 4), same, rtol=1e-6)
+
+
+def test_the_g_max_floor_divides_when_the_returns_outgrow_the_variance():
+    norm = rn.normalize_reward(0.99, g_max=1.0)
+    state, _ = jit_scan_steps(norm, REWARDS, TERMINATED)
+    std = np.sqrt(np.float64(state.stats.var) + 1e-8)
+    floor = np.float64(state.ret_abs_max) / 1.0
+    assert floor > std
+    got = rn.normalize_sampled(norm, state, jnp.array([1.0, -2.0, 0.0]))
+    np.testing.assert_allclose(got, np.array([1.0, -2.0, 0.0]) / floor, rtol=1e-6)
+
+
+def test_chains_and_stateless_transforms_apply_to_samples():
+    chained = rn.chain(rn.normalize_reward(0.99), rn.clip_reward(-1.0, 1.0))
+    state, _ = jit_scan_steps(chained, REWARDS, TERMINATED)
+    got = rn.normalize_sampled(chained, state, jnp.array([100.0, 0.001]))
+    assert got.tolist()[0] == 1.0
+    clip = rn.clip_reward(-1.0, 1.0)
+    np.testing.assert_array_equal(
+        rn.normalize_sampled(clip, clip.init(4), jnp.array([3.0, -0.5])), [1.0, -0.5]
+    )
+
+
+def test_per_environment_statistics_and_foreign_states_are_refused():
+    per_env = rn.normalize_reward(0.99, shared=False)
+    with pytest.raises(ValueError, match=r"normalize_sampled.*shared=True"):
+        rn.normalize_sampled(per_env, per_env.init(4), jnp.ones(6))
+    with pytest.raises(ValueError, match=r"normalize_sampled: state does not fit"):
+        rn.normalize_sampled(rn.normalize_reward(g_max=10.0), rn.normalize_reward().init(4), 1.0)
+    with pytest.raises(ValueError, match=r"transform should be a rewardnorm_jax\.RewardTransform"):
+        rn.normalize_sampled(jnp.tanh, None, 1.0)  # type: ignore[arg-type]  # on purpose
