@@ -5,11 +5,16 @@ run the pages' examples: ``sphinx-build -W --keep-going -b doctest docs docs/_bu
 screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
 """
 
+import importlib
 import inspect
 import os
 import sys
 
+from sphinx.ext.autodoc.mock import mock
+from sphinx.util import logging
 from sphinx.util.inspect import stringify_signature
+
+logger = logging.getLogger(__name__)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, ROOT)  # document the working tree, installed or not
@@ -73,10 +78,33 @@ def init_signature(app, what, name, obj, options, signature, return_annotation):
     return stringify_signature(init, show_annotation=False), return_annotation
 
 
+# Each public module, and the modules besides its own under which api.md documents its exports
+# (the gymnax, Brax and Jumanji adapters share their state functions).
+PUBLIC_MODULES = {
+    "rewardnorm_jax": (),
+    "rewardnorm_jax.gymnax": (),
+    "rewardnorm_jax.gymnasium": (),
+    "rewardnorm_jax.gymnasium.vector": (),
+    "rewardnorm_jax.brax": ("rewardnorm_jax.gymnax",),
+    "rewardnorm_jax.jumanji": ("rewardnorm_jax.gymnax",),
+}
+
+
+def check_api_complete(app, env):
+    """Warns (an error under -W) for every export of a public module that api.md leaves out."""
+    documented = env.get_domain("py").objects
+    with mock(app.config.autodoc_mock_imports):
+        for name, also in PUBLIC_MODULES.items():
+            for export in importlib.import_module(name).__all__:
+                if not any(f"{module}.{export}" in documented for module in (name, *also)):
+                    logger.warning("%s.%s is exported but missing from docs/api.md", name, export)
+
+
 def setup(app):
     """Connects the hooks above."""
     app.connect("autodoc-skip-member", skip_field_aliases)
     app.connect("autodoc-process-signature", init_signature)
+    app.connect("env-check-consistency", check_api_complete)
 
 
 # The examples on the pages run in one namespace per page, under the doctest builder.
