@@ -119,6 +119,7 @@ import rewardnorm_jax as rn
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]
 html_css_files = ["custom.css"]
+html_js_files = ["table-code.js"]
 html_title = "rewardnorm_jax"
 html_theme_options = {
     "show_toc_level": 2,
