@@ -162,7 +162,10 @@ def wrap_env_fn(
     eval_env=RawRewardEvaluation(env))`` trains on transformed rewards with
     one set of statistics per device shared by its whole batch (the
     statistics ride in the training state's ``info``, so they persist across
-    training steps), and evaluates on raw rewards.
+    training steps), and evaluates on raw rewards. A transform built with
+    ``axis_name="i"``, the axis of the trainers' ``pmap``, keeps one set
+    merged across the devices (evaluate with :class:`RawRewardEvaluation`
+    then: Brax's evaluator runs outside the ``pmap``).
 
     Args:
       transform: the reward transform, e.g. ``rn.normalize_reward(0.99)``.
