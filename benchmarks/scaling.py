@@ -1,36 +1,71 @@
-"""Time per step of reward normalization as the number of environments grows.
+"""The step against the naive normalizer at every scale, from 1 to a million environments.
 
-The ``floor``, ``ours``, ``default``, ``fast`` and ``naive`` scans of ``stream.py`` (same stream
-construction, same code) for ``N`` = 1, 4, 16, ... up to ``--max-envs``
-(default 2^20, about a million; 2^20 x 16 steps takes about 150 MB). The
-stream length shrinks as ``N`` grows (``T = clip(2^24 / N, 16, --steps)``) so
-every stream fits in memory; the figure kept is per step.
+For each ``N`` of ``--sizes`` (default 1, 8, 64, 1024, 4096, 16384, 65536,
+262144 and 1048576) the scans of ``stream.py`` run side by side on one
+stream, in turn (``_timing.compare``):
 
-Read the ``ns/env-step`` columns: while they fall as ``N`` doubles, the cost
-per step is a fixed overhead (kernel launches, loop bookkeeping); where they
-level off, the cost has become linear in ``N`` (memory traffic).
+* ``default``: ``normalize_reward``'s ``step(state, r, terminated, False)``;
+* ``active``: the same step with Gymnasium's ``active`` mask;
+* ``fast``: the step built with ``finite_rewards=True``, without a mask;
+* ``plain``: ``default`` traced with the plain sums on XLA:CPU too
+  (``summation.plain_everywhere``): what the CPU tuning buys;
+* ``naive``: PureJaxRL's ``NormalizeVecReward`` arithmetic;
+* ``copy``: a plain copy of the arrays the step reads (rewards and ends), the
+  bandwidth any step is measured against.
+
+The stream length shrinks as ``N`` grows (``T = clip(2^24 / N, 16,
+--steps)``); times are per step. ``GB/s`` is the bytes a step must move
+(per environment: the reward and the end flag read, the return read and
+written, the output written; the ``active`` mask read too) over its time,
+and ``/copy`` that figure over the copy's. ``compile`` is the seconds
+``lower(...).compile()`` takes, over the naive step's.
 
 Usage::
 
     python -m benchmarks.scaling                     # N = 1 ... 1048576
-    python -m benchmarks.scaling --max-envs 65536 --markdown
+    python -m benchmarks.scaling --sizes 64 4096 --markdown
 """
 
 import argparse
+import time
+from collections.abc import Callable
+from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from benchmarks._timing import add_common_args, compare, print_results
-from benchmarks.stream import (
-    default_scan,
-    fast_scan,
-    floor_scan,
-    make_stream,
-    naive_scan,
-    ours_scan,
-)
+from benchmarks._timing import add_common_args, compare, loop_kernels, print_results
+from benchmarks.stream import default_scan, fast_scan, make_stream, naive_scan, ours_scan
+from rewardnorm_jax._src import summation
 
 MAX_ELEMENTS = 2**24  # T * N of the largest stream
+SIZES = (1, 8, 64, 1024, 4096, 16384, 65536, 262144, 1048576)
+FLOAT, FLAG = 4, 1  # bytes per reward (float32) and per end flag
+# Bytes one environment's step must move: reward, end and return read, return and output written.
+STEP_BYTES = FLOAT + FLAG + 2 * FLOAT + FLOAT
+COPY_BYTES = 2 * (FLOAT + FLAG)  # the copy reads and writes the rewards and ends
+
+
+@jax.jit
+def copy_arrays(rewards, terminated):
+    """A plain copy of the stream's rewards and ends."""
+    return jnp.copy(rewards), jnp.copy(terminated)
+
+
+@jax.jit
+def plain_scan(rewards, terminated):
+    """``default_scan``, to be traced inside ``summation.plain_everywhere``."""
+    return default_scan.__wrapped__(rewards, terminated)
+
+
+def scan_of(scan, rewards, terminated) -> Callable[[], Any]:
+    """A variant of ``compare``: ``scan`` of the stream."""
+    return lambda: scan(rewards, terminated)
+
+
+def run_plain(rewards, terminated):
+    with summation.plain_everywhere():
+        return plain_scan(rewards, terminated)
 
 
 def steps_for(num_envs: int, max_steps: int) -> int:
@@ -38,77 +73,93 @@ def steps_for(num_envs: int, max_steps: int) -> int:
     return int(min(max(MAX_ELEMENTS // num_envs, 16), max_steps))
 
 
-def measure(num_envs: int, steps: int, repeats: int) -> dict:
-    """Microseconds per step of each scan."""
+def compile_seconds(jitted, *args) -> float:
+    """Seconds to trace, lower and compile ``jitted``'s function afresh (the least of three)."""
+    best = float("inf")
+    for _ in range(3):
+        fresh = jax.jit(lambda *a: jitted.__wrapped__(*a))
+        start = time.perf_counter()
+        fresh.lower(*args).compile()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+SCANS = {"default": default_scan, "active": ours_scan, "fast": fast_scan, "naive": naive_scan}
+
+
+def measure(num_envs: int, steps: int, repeats: int) -> list:
+    """One row of the table for ``num_envs`` environments."""
     rewards, terminated = (jnp.asarray(a) for a in make_stream(steps, num_envs))
-    times = compare(
-        {
-            "floor": lambda: floor_scan(rewards),
-            "ours": lambda: ours_scan(rewards, terminated),
-            "default": lambda: default_scan(rewards, terminated),
-            "fast": lambda: fast_scan(rewards, terminated),
-            "naive": lambda: naive_scan(rewards, terminated),
-        },
-        repeats,
+    variants = {name: scan_of(scan, rewards, terminated) for name, scan in SCANS.items()}
+    variants["plain"] = scan_of(run_plain, rewards, terminated)
+    seconds = compare(variants, repeats)
+    # The copy sweeps the caches, which would slow whichever scan runs after
+    # it: it is timed against the default step alone, in a group of its own.
+    against_copy = compare(
+        {"default": variants["default"], "copy": scan_of(copy_arrays, rewards, terminated)}, repeats
     )
-    return {name: seconds / steps * 1e6 for name, seconds in times.items()}
+    ns = {name: t / steps * 1e9 for name, t in seconds.items()}
+    elements = steps * num_envs
+    copy_rate = COPY_BYTES * elements / against_copy["copy"]
+    default_rate = STEP_BYTES * elements / against_copy["default"]
+    rates = {
+        name: default_rate
+        * (STEP_BYTES + FLAG * (name == "active"))
+        / STEP_BYTES
+        * seconds["default"]
+        / seconds[name]
+        for name in ("default", "active", "fast", "naive")
+    }
+    kernels = {name: loop_kernels(scan, rewards, terminated) for name, scan in SCANS.items()}
+    compiles = {name: compile_seconds(scan, rewards, terminated) for name, scan in SCANS.items()}
+    return [
+        num_envs,
+        steps,
+        ns["naive"],
+        ns["default"] - ns["naive"],
+        ns["default"] / ns["naive"],
+        ns["active"] / ns["naive"],
+        ns["fast"] / ns["naive"],
+        ns["plain"] / ns["naive"],
+        "/".join(str(kernels[name]) for name in ("default", "active", "fast", "naive")),
+        rates["default"] / 1e9,
+        rates["default"] / copy_rate,
+        rates["active"] / copy_rate,
+        rates["fast"] / copy_rate,
+        rates["naive"] / copy_rate,
+        max(compiles[name] for name in ("default", "active", "fast")) / compiles["naive"],
+    ]
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--max-envs",
-        type=int,
-        default=2**20,
-        help="largest N; N runs over the powers of 4 up to it (default 1048576)",
+        "--sizes", type=int, nargs="+", default=list(SIZES), help="numbers of environments N"
     )
     parser.add_argument(
         "--steps", type=int, default=1000, help="stream length T for small N (default 1000)"
     )
     add_common_args(parser)
     args = parser.parse_args(argv)
-
     headers = [
         "N",
         "T",
-        "floor us/step",
-        "ours us/step",
-        "default us/step",
-        "fast us/step",
-        "naive us/step",
-        "floor ns/env-step",
-        "ours ns/env-step",
-        "ours/naive",
+        "naive ns/step",
+        "default - naive ns",
         "default/naive",
+        "active/naive",
         "fast/naive",
-        "ours/floor",
-        "naive/floor",
+        "plain/naive",
+        "kernels default/active/fast/naive",
+        "default GB/s",
+        "default /copy",
+        "active /copy",
+        "fast /copy",
+        "naive /copy",
+        "compile ours/naive (worst)",
     ]
-    rows = []
-    num_envs = 1
-    while num_envs <= args.max_envs:
-        steps = steps_for(num_envs, args.steps)
-        us = measure(num_envs, steps, args.repeats)
-        rows.append(
-            [
-                num_envs,
-                steps,
-                us["floor"],
-                us["ours"],
-                us["default"],
-                us["fast"],
-                us["naive"],
-                us["floor"] / num_envs * 1e3,
-                us["ours"] / num_envs * 1e3,
-                us["ours"] / us["naive"],
-                us["default"] / us["naive"],
-                us["fast"] / us["naive"],
-                us["ours"] / us["floor"],
-                us["naive"] / us["floor"],
-            ]
-        )
-        num_envs *= 4
-    print_results("Scaling with the number of environments, float32", headers, rows, args.markdown)
+    rows = [measure(n, steps_for(n, args.steps), args.repeats) for n in args.sizes]
+    print_results("The step at every scale, float32", headers, rows, args.markdown)
 
 
 if __name__ == "__main__":

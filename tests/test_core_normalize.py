@@ -220,11 +220,12 @@ def test_matches_numpy_reference(semantics, num_envs, seed, freeze, masked, gamm
     [
         (1024, True),  # sums by one product of the mask's weights with the terms
         (3000, True),  # two products (float64 weights of 3000 entries take 24 KiB)
-        (20000, True),  # one library product
-        (2**16 + 8, True),  # past it: stacked, selected sums
+        (4096, True),  # three products, the most entries summed by products
+        (20000, True),  # one variadic reduction of the selected terms
+        (2**16 + 8, True),
         (1024, False),  # unmasked: one product with unit weights
-        (1600, False),  # unmasked: stacked sums, column partial sums
-        (2048, False),  # unmasked: stacked sums along rows
+        (1600, False),  # unmasked: one variadic reduction
+        (2048, False),
     ],
 )
 def test_wide_batches_match_numpy_reference(num_envs, masked):
@@ -265,8 +266,8 @@ def test_wide_batches_match_numpy_reference(num_envs, masked):
     [
         1024,  # one product
         3000,  # two products of under 16 KiB of float32 weights
-        12000,  # three
-        20000,  # one library product
+        4096,  # two, the most entries summed by products
+        20000,  # one variadic reduction
     ],
 )
 def test_float32_masked_batches_match_numpy_reference(num_envs):

@@ -310,8 +310,6 @@ def normalize_reward(
         return var
 
     def inverse_std(running, ret_abs_max) -> jax.Array:
-        # XLA computes r / sqrt(v) as r * rsqrt(v) anyway; the step takes the
-        # rsqrt in the merge's kernel, which keeps it from a kernel of its own.
         return jax.lax.rsqrt(divisor_var(running, ret_abs_max) + epsilon)
 
     def scale(reward, inverse) -> jax.Array:
@@ -325,26 +323,25 @@ def normalize_reward(
         return scale(reward, inverse_std(state.stats, state.ret_abs_max))
 
     def learn_returns(stats, ret, mask):
-        """``stats`` (running statistics, max of ``|G|``, divisor's inverse) with ``ret`` learnt."""
-        running, ret_abs_max, _ = stats
+        """``stats`` (running statistics, max of ``|G|``) with ``ret`` learnt."""
+        running, ret_abs_max = stats
         if g_max is not None:
             ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
-        running, inverse = rs.merge_checked(
+        running = rs.merge_checked(
             running,
             ret,
             None if mask is True else jnp.broadcast_to(mask, ret.shape),
             axis_name=axis_name,
             unselected_alike=True,  # a skipped step's return is a return too
-            then=lambda merged: inverse_std(merged, ret_abs_max),
         )
-        return running, ret_abs_max, inverse
+        return running, ret_abs_max
 
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         checked_batch_shape(state)
         rs.participants(axis_name)  # an unbound axis_name is named before any collective
-        reward, ret, (stats, ret_abs_max, inverse) = checked_return_step(
+        reward, ret, (stats, ret_abs_max) = checked_return_step(
             state.ret,
-            (state.stats, state.ret_abs_max, None),
+            (state.stats, state.ret_abs_max),
             reward,
             terminated,
             truncated,
@@ -357,7 +354,7 @@ def normalize_reward(
             finite_rewards=finite_rewards,
         )
         new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        return scale(reward, inverse), new_state
+        return scale(reward, inverse_std(stats, ret_abs_max)), new_state
 
     config = base.make_config(
         "normalize_reward",

@@ -44,9 +44,7 @@ weight :math:`W` (prior included) is kept in ``weight`` and is then the total
 weight; see :func:`merge_stats` for the formulas and the bias correction.
 """
 
-import functools
 import math
-import operator
 from collections.abc import Hashable
 
 import jax
@@ -54,38 +52,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import base, formulas
+from rewardnorm_jax._src import base, formulas, summation
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
-# How a merge sums its terms (see _shifted_sums), tuned on XLA:CPU.
-# By products of weights with the terms: XLA:CPU fuses a vector-matrix product
-# into the loop that computes its matrix when the vector takes under
-# _FUSED_PRODUCT_BYTES. One product below _HALVES_FROM entries (a single
-# product of about 2000 entries ran slower than two halves), then as many
-# equal parts as keep each under that size, up to _MAX_FUSED_PRODUCTS; past
-# that one library product, up to _PRODUCT_SUMS_UP_TO entries (a library
-# product accumulates serially per output: about 1e-7 relative at 2^16
-# entries in float32 and 2e-5 at 2^20, where stacked sums stay near 1e-7).
-_FUSED_PRODUCT_BYTES = 16 * 1024
-_HALVES_FROM = 1536
-_MAX_FUSED_PRODUCTS = 4
-_PRODUCT_SUMS_UP_TO = 2**16
-# Otherwise, from _VECTORIZED_SUMS_FROM entries: the terms stacked and summed
-# down to _LANES partial sums each (a column sum), from _ROW_SUMS_FROM along
-# rows (a library reduction); below, one fused multi-output loop.
-_VECTORIZED_SUMS_FROM = 1024
-_ROW_SUMS_FROM = 2048
-_LANES = 8
-# Statistics up to this size merge in one kernel on XLA:CPU (_in_one_kernel).
-_ONE_KERNEL_STATISTICS = 16
 
 
-# Positions along the last axis of ``RunningStats.moments`` and ``.count_words``,
-# and of the shifted sums of a batch (the count only with a mask).
+# Positions along the last axis of ``RunningStats.moments`` and ``.count_words``.
 _MEAN, _MEAN_LOW, _M2, _M2_LOW, _WEIGHT = range(5)
 _HI, _LO = range(2)
-_DEVIATIONS, _SQUARES, _COUNT = range(3)
 
 
 class RunningStats(struct.PyTreeNode):
@@ -403,109 +378,19 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
     return jnp.where(found, first, stats.mean)
 
 
-def _add_terms(a, b):
-    return tuple(x + y for x, y in zip(a, b, strict=True))
-
-
-def _weighted_sums(deviation, mask):
-    """Sums of ``(d, d^2, 1)`` weighted by the mask, by vector-matrix products.
-
-    ``deviation`` and ``mask`` are vectors (one statistic). Returns a list of
-    partial sums, one array of shape ``(3, 1)`` per product (see the module's
-    constants for how many). The terms are clamped to the dtype's range, so
-    that a weight of 0 always gives 0 (never ``0 * inf``); :func:`_add_shifted_sums`
-    saturates a sum that reaches the range's end.
-    """
-    weights = mask.astype(deviation.dtype)
-    entries = deviation.shape[0]
-    fused_entries = (_FUSED_PRODUCT_BYTES - 1) // deviation.dtype.itemsize
-    products = max(1 if entries < _HALVES_FROM else 2, -(-entries // fused_entries))
-    fused = products <= _MAX_FUSED_PRODUCTS
-    size = -(-entries // products) if fused else entries
-    parts = []
-    for start in range(0, entries, size):
-        terms = _clamped_terms(deviation[start : start + size])
-        if fused:  # a vector times a matrix: the form XLA:CPU fuses into the terms' loop
-            total = jnp.matmul(
-                weights[start : start + size], terms.T, precision=jax.lax.Precision.HIGHEST
-            )
-        else:  # one library product (a matrix times a vector)
-            total = jnp.matmul(terms, weights, precision=jax.lax.Precision.HIGHEST)
-        parts.append(total[:, None])
-    return parts
-
-
-def _clamped_terms(deviation):
-    """The rows ``(d, d^2, 1)``, ``d`` and ``d^2`` clamped to the dtype's range."""
-    largest = jnp.finfo(deviation.dtype).max
-    deviation = jnp.clip(deviation, -largest, largest)
-    square = jnp.minimum(deviation * deviation, largest)
-    return jnp.stack([deviation, square, jnp.ones_like(deviation)])
-
-
-def _shifted_sums(batch, mask, shift, num_batch_axes: int, axis_name, unselected_alike: bool):
-    """``sum d``, ``sum d^2`` and, with a mask, ``n_b`` of the selected ``d = x - shift``.
-
-    Indexed by ``_DEVIATIONS``, ``_SQUARES`` and ``_COUNT`` (an unmasked
-    batch's count is its size): a list of arrays of partial sums, shape
-    ``(terms, lanes, *S)``, that :func:`_add_shifted_sums` adds up, or a tuple of
-    totals from one fused multi-output loop. Summed
-
-    * by products of weights with the terms ``(d, d^2, 1)``, one kernel each
-      (:func:`_weighted_sums`): a masked batch whose unselected entries are
-      alike, up to ``_PRODUCT_SUMS_UP_TO`` entries, and an unmasked batch
-      below ``_HALVES_FROM`` entries (unit weights). The mask stays out of
-      any stacked terms, which XLA:CPU computes several times slower when it
-      fuses a scan's input slices into them. An unselected entry so far off
-      that its ``d^2`` overflows saturates the statistics (``0 * inf``), as a
-      selected one would;
-    * otherwise the terms ``(d, d^2)``, selected by the mask and with its
-      count: stacked and summed from ``_VECTORIZED_SUMS_FROM`` entries, in
-      one fused loop below.
-    """
-    deviation = batch - shift
-    entries = math.prod(batch.shape[:num_batch_axes])
-    stats_shape = batch.shape[num_batch_axes:]
-    one_statistic = num_batch_axes > 0 and stats_shape == () and entries > 0
-    if mask is None:
-        by_products = one_statistic and entries < _HALVES_FROM
-    else:
-        by_products = one_statistic and unselected_alike and entries <= _PRODUCT_SUMS_UP_TO
-    if by_products:
-        weights = jnp.ones(entries, bool) if mask is None else mask.reshape(entries)
-        sums = _weighted_sums(deviation.reshape(entries), weights)
-        return sums if axis_name is None else jax.lax.psum(sums, axis_name)
-    terms = [deviation, deviation * deviation]
-    if mask is not None:  # unselected entries may hold NaN: selected away, never multiplied
-        terms = [jnp.where(mask, term, 0.0) for term in terms] + [mask.astype(batch.dtype)]
-    if entries >= _VECTORIZED_SUMS_FROM:
-        lanes = 1 if entries >= _ROW_SUMS_FROM or entries % _LANES else _LANES
-        stacked = jnp.stack(terms).reshape(len(terms), entries // lanes, lanes, *stats_shape)
-        sums = [jnp.sum(stacked, axis=1)]
-    else:
-        zeros = (jnp.zeros((), batch.dtype),) * len(terms)
-        sums = jax.lax.reduce(tuple(terms), zeros, _add_terms, tuple(range(num_batch_axes)))
-    return sums if axis_name is None else jax.lax.psum(sums, axis_name)
-
-
-def _add_shifted_sums(
-    stats: RunningStats, sums, shift, batch_size, count_increment
-) -> RunningStats:
+def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
     """The statistics with a batch, given by its shifted sums, added (elementwise).
 
-    The batch's moments (:func:`~rewardnorm_jax._src.formulas.moments_from_shifted_sums`)
-    join the statistics by :func:`~rewardnorm_jax._src.formulas.add_batch_moments`,
-    after exponential moving statistics discount their past.
-
-    ``batch_size`` is the count of an unmasked batch (a Python number), or
-    ``None`` when the sums carry the count.
+    ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.summation.shifted_sums`,
+    totals over every participant). The batch's moments
+    (:func:`~rewardnorm_jax._src.formulas.moments_from_shifted_sums`) join the
+    statistics by :func:`~rewardnorm_jax._src.formulas.add_batch_moments`, after
+    exponential moving statistics discount their past. ``count_increment`` is
+    the count as ``uint32`` when its float ``n_b`` may not be exact, else ``None``.
     """
-    if isinstance(sums, list):  # partial sums along a lanes axis, in one or more arrays
-        sums = tuple(functools.reduce(operator.add, [part.sum(axis=1) for part in sums]))
-    count_b = sums[_COUNT] if batch_size is None else jnp.full_like(shift, batch_size)
+    deviation_sum, square_sum, count_b = sums
     # A sum at the end of the dtype's range has overflowed (or summed clamped terms).
     largest = jnp.finfo(shift.dtype).max
-    deviation_sum, square_sum = sums[_DEVIATIONS], sums[_SQUARES]
     deviation_sum = jnp.where(abs(deviation_sum) < largest, deviation_sum, deviation_sum * jnp.inf)
     square_sum = jnp.where(square_sum < largest, square_sum, jnp.inf)
     batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
@@ -533,60 +418,8 @@ def _add_shifted_sums(
     )
 
 
-def _consumed(sums):
-    """``sums`` with the sum of squares (never negative) set to -1."""
-    if isinstance(sums, tuple):
-        return tuple(jnp.full_like(x, -1.0) if i == _SQUARES else x for i, x in enumerate(sums))
-    return [part.at[_SQUARES].set(-1.0) for part in sums]
-
-
-def _in_one_kernel(stats, sums, shift, batch_size, count_increment, then):
-    """:func:`_add_shifted_sums`, then ``then`` of the merged statistics, as one CPU kernel.
-
-    XLA:CPU compiles a ``while`` loop whose buffers are small (here a few
-    scalars per statistic) into a single kernel, where the same arithmetic in
-    straight-line code is split into a dozen fusions, each a dispatch per
-    step. So on CPU the merge of up to ``_ONE_KERNEL_STATISTICS`` statistics
-    runs as a loop of one trip: its condition reads the sums of squares
-    (never negative, or NaN: the compiler cannot know the trip count, so it
-    keeps the loop) and the body marks them consumed. Elsewhere the merge
-    runs directly. ``then``'s result has the shape and
-    dtype of ``shift``: the loop carries the shift in, ``then``'s result out.
-    """
-
-    def direct(stats, sums, shift, count_increment):
-        merged = _add_shifted_sums(stats, sums, shift, batch_size, count_increment)
-        return merged, None if then is None else then(merged)
-
-    def looped(stats, sums, shift, count_increment):
-        def body(carry):
-            stats, sums, count_increment, shift = carry
-            merged, out = direct(stats, sums, shift, count_increment)
-            return merged, _consumed(sums), count_increment, shift if out is None else out
-
-        def pending(carry):
-            sums = carry[1]
-            squares = sums[_SQUARES] if isinstance(sums, tuple) else sums[0][_SQUARES]
-            return jnp.all(~(squares < 0))
-
-        carry = (stats, sums, count_increment, shift)
-        merged, _, _, out = jax.lax.while_loop(pending, body, carry)
-        return merged, None if then is None else out
-
-    if not 0 < stats.mean.size <= _ONE_KERNEL_STATISTICS:  # (an empty loop never ends)
-        return direct(stats, sums, shift, count_increment)
-    return jax.lax.platform_dependent(
-        stats, sums, shift, count_increment, cpu=looped, default=direct
-    )
-
-
-def merge_checked(
-    stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False, then=None
-):
-    """:func:`merge_stats` of arrays already checked; also returns ``then(merged)`` (or None).
-
-    The transforms call it on their checked returns, with the options the
-    public merge leaves out.
+def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False):
+    """:func:`merge_stats` of arrays already checked, with the option it leaves out.
 
     Args:
       stats: the statistics.
@@ -596,28 +429,36 @@ def merge_checked(
       unselected_alike: whether the entries outside ``mask`` are finite and
         near the selected ones (a normalizer's returns: a skipped step's
         return is still a return), so that any entry may serve as the shift
-        and the sums may multiply every entry by its weight (see
-        :func:`_shift` and :func:`_shifted_sums`).
-      then: ``None``, or a function of the merged statistics returning an
-        array of their shape and dtype, computed in the same kernel as the
-        merge (see :func:`_in_one_kernel`).
+        (:func:`_shift`) and the sums may weight entries instead of selecting
+        them (:func:`~rewardnorm_jax._src.summation.merge_sums`).
 
     Returns:
-      ``(merged, then(merged) or None)``.
+      The merged statistics.
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
     participants(axis_name)  # before the first collective
     shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
-    sums = _shifted_sums(batch, mask, shift, num_batch_axes, axis_name, unselected_alike)
-    batch_size = None if mask is not None else _entries(batch, num_batch_axes, axis_name)
+    entries = _entries(batch, num_batch_axes, axis_name)
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
-        if batch_size is None:
+        if mask is None:
+            count_increment = jnp.full(stats.mean.shape, entries, jnp.uint32)
+        else:
             reduce = make_reduce(num_batch_axes, axis_name)
             count_increment = reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
-        else:
-            count_increment = jnp.full(stats.mean.shape, batch_size, jnp.uint32)
-    return _in_one_kernel(stats, sums, shift, batch_size, count_increment, then)
+
+    def add(stats, sums):
+        return _add_shifted_sums(stats, sums, shift, count_increment)
+
+    return summation.merge_sums(
+        add,
+        stats,
+        batch - shift,
+        mask,
+        num_batch_axes,
+        axis_name=axis_name,
+        weighted=unselected_alike,
+    )
 
 
 def merge_stats(
@@ -692,7 +533,7 @@ def merge_stats(
         mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != batch.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
-    return merge_checked(stats, batch, mask, axis_name=axis_name)[0]
+    return merge_checked(stats, batch, mask, axis_name=axis_name)
 
 
 def check_stats_type(stats) -> None:
