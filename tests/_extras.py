@@ -24,6 +24,7 @@ OPTIONAL = {
     "jumanji": "jumanji",
     "mujoco_playground": "playground",
     "craftax": "craftax",
+    "mo_gymnasium": "mo-gymnasium",
     "optax": "demo",
     "matplotlib": "demo",
 }

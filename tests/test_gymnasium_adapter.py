@@ -603,8 +603,8 @@ def test_clip_reward_refuses_nan_bounds(low, high):
         (1 + 2j, "reward should hold real numbers .* dtype complex128"),
         ("1.0", "reward should hold real numbers .* dtype <U3"),
         (None, "reward should hold real numbers .* dtype object"),
-        (np.array([1.0, 2.0]), r"reward of shape \(2,\); .*multi-objective"),
-        (np.array([1.0]), r"reward of shape \(1,\); .*multi-objective"),
+        (np.ones((2, 2)), r"reward of shape \(2, 2\); expected \(\) \(one number\) or \(k,\)"),
+        (np.ones(0), r"reward of shape \(0,\); expected .* k >= 1 objectives"),
     ],
 )
 def test_rewards_that_are_not_one_real_number_are_refused(reward, message):

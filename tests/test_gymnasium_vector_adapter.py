@@ -430,10 +430,11 @@ def test_hyperparameters_assigned_later_are_checked(name, value):
 
 def test_rewards_of_another_shape_are_refused():
     envs = NormalizeReward(ScriptedVectorEnv(np.zeros((2, 3))))
-    # One column per environment: would broadcast (envs.env is the ScriptedVectorEnv).
-    envs.env.rewards = np.zeros((2, 3, 1))  # type: ignore[attr-defined]
+    # A matrix per environment: neither one number nor a vector of objectives.
+    envs.env.rewards = np.zeros((2, 3, 1, 1))  # type: ignore[attr-defined]
     envs.reset()
-    with pytest.raises(ValueError, match=r"rewards of shape \(3, 1\); expected \(3,\)"):
+    expected = r"rewards of shape \(3, 1, 1\); expected \(3,\) .* or \(3, k\)"
+    with pytest.raises(ValueError, match=expected):
         envs.step(None)
     with pytest.raises(ValueError, match="update_running_mean should be True or False"):
         envs.update_running_mean = "False"  # type: ignore[assignment]  # deliberately invalid

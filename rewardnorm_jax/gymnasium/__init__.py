@@ -26,12 +26,20 @@ from rewardnorm_jax.gymnasium._common import (
     Normalizer,
     check_callable,
     clip_function,
+    merge_returns,
     returns_property,
     step_arrays,
 )
-from rewardnorm_jax.gymnasium._stats import RunningMeanStd
+from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd
 
-__all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward", "vector"]
+__all__ = [
+    "ClipReward",
+    "NormalizeReward",
+    "ObjectiveStats",
+    "RunningMeanStd",
+    "TransformReward",
+    "vector",
+]
 
 
 class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
@@ -46,15 +54,27 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     accumulating); ``save(path)`` / ``load(path)`` write and restore them with the return.
     ``return_rms`` is a :class:`RunningMeanStd` (a Gymnasium one assigned to it works too). A
     NaN or infinite reward passes through but never enters the return or the statistics. A
-    reward that is not one real number (a vector, a complex number, a string) or a flag that is
-    not a bool or a number raises ValueError; an invalid ``gamma`` or ``epsilon`` raises
+    reward that is not real (a complex number, a string), or a flag that is not a bool or a
+    number, raises ValueError; an invalid ``gamma`` or ``epsilon`` raises
     :class:`gymnasium.error.InvalidBound`, as in Gymnasium 1.4.0. Vector version:
     :class:`rewardnorm_jax.gymnasium.vector.NormalizeReward`.
+
+    A vector reward of k objectives (MO-Gymnasium's, shape ``(k,)``) is normalized objective by
+    objective: :math:`G_i \leftarrow \gamma G_i (1 - \text{terminated}) + r_i` and
+    :math:`\tilde r_i = r_i / \sqrt{\sigma_i^2 + \epsilon}`, each :math:`\sigma_i^2` the
+    variance of objective i's returns (an :class:`ObjectiveStats`), as k stacked
+    ``mo_gymnasium.wrappers.MONormalizeReward(env, idx=i)``; with ``objectives="shared"``, one
+    :class:`RunningMeanStd` learns all k returns of each step (one batch) and
+    :math:`\tilde r_i = r_i / \sqrt{\sigma^2 + \epsilon}` keeps the objectives' ratios. The
+    first step (or a loaded checkpoint) sets the layout, one number or k objectives; a reward of
+    another shape later, or one that is neither, raises ValueError.
 
     Args:
         env: The environment to wrap.
         gamma: The discount factor of the tracked return, in [0, 1].
         epsilon: A stability parameter added to the variance, > 0 and finite.
+        objectives: For a vector reward, ``"each"`` (one set of statistics per objective) or
+            ``"shared"`` (one scale across the objectives); a scalar reward ignores it.
 
     Example:
         Gymnasium's example (without the wrapper, the variance is 0.0008876301247721108;
@@ -74,13 +94,23 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
 
     Change logs:
      * v0.1.0 - Initially added, matching Gymnasium 1.4.0's ``NormalizeReward``.
+     * Unreleased - Vector (multi-objective) rewards, and ``objectives``.
     """
 
     _checkpointed = (("discounted_reward", "_discounted_reward"),)
-    discounted_reward = returns_property("discounted_reward", "Gymnasium's float64 array (1,)")
+    discounted_reward = returns_property(
+        "discounted_reward", "Gymnasium's float64 array (1,), (1, k) for k objectives"
+    )
 
-    def __init__(self, env: gym.Env, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
-        Normalizer.__init__(self, gamma, epsilon)
+    def __init__(
+        self,
+        env: gym.Env,
+        gamma: base.Real = 0.99,
+        epsilon: base.Real = 1e-8,
+        *,
+        objectives: str = "each",
+    ):
+        Normalizer.__init__(self, gamma, epsilon, objectives)
         gym.Wrapper.__init__(self, env)
         self._discounted_reward = np.zeros(1)
 
@@ -89,12 +119,18 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         # Typed Any: environments do not always return what Gymnasium annotates.
         outputs: tuple[Any, ...] = self.env.step(action)
         obs, reward, terminated, truncated, info = outputs
-        if not (
+        if self._objective_shape or not (
             isinstance(reward, REAL_SCALARS)
             and isinstance(terminated, REAL_SCALARS)
             and isinstance(truncated, REAL_SCALARS)
         ):  # 0-d arrays pass; anything else raises a ValueError naming the output at fault
-            step_arrays((), reward, terminated, truncated)
+            rewards, ends, cuts = step_arrays((), reward, terminated, truncated)
+            self._use_layout(rewards.shape, "the environment returned a reward of")
+            if rewards.shape:
+                scaled = self._step_objectives(rewards, bool(ends), bool(cuts))
+                return obs, scaled, terminated, truncated, info
+        elif self._objective_shape is None:
+            self._objective_shape = ()
         reward = float(reward)
         valid = math.isfinite(reward)
         ret, rms = formulas.return_step(
@@ -114,6 +150,40 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         self._discounted_reward[0] = ret
         scaled = formulas.scale_by_std(np, reward, float(rms.var), self._epsilon, None, not valid)
         return obs, np.float64(scaled), terminated, truncated, info
+
+    def _step_objectives(
+        self, rewards: np.ndarray, terminated: bool, truncated: bool
+    ) -> np.ndarray:
+        """The step of a vector reward (float64, ``(k,)``): the scalar step on each objective."""
+        ret, _ = formulas.return_step(
+            np,
+            self._discounted_reward[0],
+            self.return_rms,
+            rewards,
+            terminated,
+            truncated,
+            self._update_running_mean,
+            np.isfinite(rewards),
+            None,
+            gamma=self._gamma,
+            semantics=sem_lib.GYMNASIUM,
+            learn_returns=_learn_returns,
+        )
+        self._discounted_reward[0] = ret
+        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
+        return formulas.scale_by_std(np, rewards, self._variance(), self._epsilon, None, False)
+
+
+def _learn_returns(rms, returns: np.ndarray, selected: np.ndarray):
+    """Merges one step's return of each objective into the statistics (float64).
+
+    Per objective, a batch of one, as :func:`_learn_return` merges a scalar reward's return.
+    """
+    if isinstance(rms, ObjectiveStats):
+        for stats, ret, learn in zip(rms, returns.tolist(), selected.tolist(), strict=True):
+            _learn_return(stats, ret, learn)
+        return rms
+    return merge_returns(rms, returns, selected, np.dtype(np.float64))
 
 
 def _learn_return(rms, ret: float, selected: bool):

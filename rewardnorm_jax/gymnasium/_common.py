@@ -7,11 +7,12 @@ import pathlib
 from typing import Any
 
 import numpy as np
+from flax import serialization
 from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
 
-from rewardnorm_jax._src import checkpoint
-from rewardnorm_jax.gymnasium._stats import RunningMeanStd, real
+from rewardnorm_jax._src import checkpoint, formulas
+from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
 
 # Python and NumPy scalars that are real numbers (bools included): a step's fast path.
 REAL_SCALARS = (float, int, np.floating, np.integer, np.bool_)
@@ -21,14 +22,11 @@ def real_array(name: str, value, shape: tuple[int, ...] | None = None) -> np.nda
     """``value`` as an array of a bool, integer or floating dtype (and ``shape``), or a ValueError.
 
     Complex numbers (their imaginary part would be dropped), strings (``"False"`` is truthy) and
-    other objects are refused, and so are a vector-valued reward for one environment and one
-    flag for all sub-environments.
+    other objects are refused, and so is one flag for all sub-environments.
     """
     array = np.asarray(value)
     if shape is not None and array.shape != shape:
         expected = f"{shape}, one per sub-environment" if shape else "() (one number)"
-        if name == "reward":
-            expected += "; vector-valued (multi-objective) rewards are not supported"
         raise ValueError(
             f"the environment returned {name} of shape {array.shape}; expected {expected}."
         )
@@ -40,18 +38,64 @@ def real_array(name: str, value, shape: tuple[int, ...] | None = None) -> np.nda
     return array
 
 
+def _is_layout(reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether a reward of ``reward_shape`` is one number or one k-vector (k >= 1) per ``shape``."""
+    return reward_shape == shape or (reward_shape[:-1] == shape and reward_shape[-1] > 0)
+
+
+def check_reward_shape(name: str, reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> None:
+    """A ValueError unless the reward is ``shape`` or ``shape + (k,)`` (k >= 1 objectives)."""
+    if not _is_layout(reward_shape, shape):
+        each = ", one per sub-environment" if shape else ""
+        objectives = f"({', '.join(map(str, shape))}, k)" if shape else "(k,)"
+        raise ValueError(
+            f"the environment returned {name} of shape {reward_shape}; expected {shape} (one "
+            f"number{each}) or {objectives} (a vector of k >= 1 objectives{each})."
+        )
+
+
 def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
-    """A step's rewards (float64) and episode flags (bool, true where nonzero) of ``shape``."""
+    """A step's rewards (float64) and episode flags (bool, true where nonzero) of ``shape``.
+
+    The rewards have ``shape``, or ``shape + (k,)`` for a vector of k objectives.
+    """
     rewards, ends, cuts = np.asarray(reward), np.asarray(terminated), np.asarray(truncated)
-    if not (  # the common case, checked at once: real rewards, boolean flags, one shape
-        rewards.shape == ends.shape == cuts.shape == shape
+    if not (  # the common case, checked at once: real rewards, boolean flags, one layout
+        ends.shape == cuts.shape == shape
+        and _is_layout(rewards.shape, shape)
         and rewards.dtype.kind in "biuf"
         and ends.dtype.kind == cuts.dtype.kind == "b"
     ):
-        rewards = real_array("rewards" if shape else "reward", reward, shape)
+        name = "rewards" if shape else "reward"
+        rewards = real_array(name, reward)
+        check_reward_shape(name, rewards.shape, shape)
         ends = real_array("terminated", terminated, shape) != 0
         cuts = real_array("truncated", truncated, shape) != 0
     return rewards.astype(np.float64, copy=False), ends, cuts
+
+
+def merge_returns(rms, returns: np.ndarray, selected: np.ndarray, dtype: np.dtype):
+    """Merges the selected returns, as carried (``dtype``), into ``rms``; returns ``rms``.
+
+    :class:`ObjectiveStats` merge each objective's returns (the last axis) into that objective's
+    statistics; any other statistics merge all selected returns as one batch.
+    """
+    if isinstance(rms, ObjectiveStats):
+        for index, stats in enumerate(rms):
+            _merge_batch(stats, returns[..., index][selected[..., index]], dtype)
+    else:
+        _merge_batch(rms, returns[selected], dtype)
+    return rms
+
+
+def _merge_batch(rms, returns: np.ndarray, dtype: np.dtype) -> None:
+    # The moments of the selected returns alone, as Gymnasium's np.mean / np.var of
+    # acc[active]: from 8 environments on, NumPy's pairwise sums of a where-masked full
+    # array round differently (up to 7e-8 relative).
+    batch = np.asarray(returns, dtype)
+    if batch.size:
+        batch_mean, batch_var = formulas.batch_moments(batch)
+        rms.update_from_moments(batch_mean, batch_var, batch.size)
 
 
 def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
@@ -108,29 +152,82 @@ def check_callable(func):
     return func
 
 
+OBJECTIVES = ("each", "shared")
+
+
+def check_objectives(value) -> str:
+    """``value`` if it names a layout of statistics for vector rewards, else a ValueError."""
+    if not (isinstance(value, str) and value in OBJECTIVES):
+        raise ValueError(
+            "objectives should be 'each' (one set of statistics per objective) or 'shared' "
+            f"(one scale across the objectives), got objectives={value!r}."
+        )
+    return value
+
+
+def describe_layout(objective_shape: tuple[int, ...]) -> str:
+    """``"one number"`` or ``"a vector of k objectives"`` for a reward's objective axes."""
+    return f"a vector of {objective_shape[0]} objectives" if objective_shape else "one number"
+
+
+def saved_objective_shape(data: bytes) -> tuple[int, ...] | None:
+    """The objective axes a wrapper's checkpoint records, or None where it is unreadable.
+
+    ``(k,)`` for ``num_objectives = k`` in its metadata, ``()`` without (a scalar reward). An
+    unreadable checkpoint gives None: :func:`~rewardnorm_jax.load_state` then says what is wrong.
+    """
+    try:
+        body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
+        metadata = body["metadata"]
+        num_objectives = metadata.get("num_objectives")
+    except Exception:  # noqa: BLE001  (any malformed input: load_state reports it in full)
+        return None
+    if num_objectives is None:
+        return ()
+    if type(num_objectives) is int and num_objectives >= 1:
+        return (num_objectives,)
+    return None
+
+
 class Normalizer:
-    """``gamma``, ``epsilon``, ``update_running_mean`` and ``save`` / ``load`` of a normalizer.
+    """``gamma``, ``epsilon``, ``objectives``, ``update_running_mean`` and ``save`` / ``load``.
 
     Out-of-range hyperparameters raise :class:`gymnasium.error.InvalidBound` with Gymnasium
     1.4.0's messages (1.3.0 accepted them silently), other values ValueError, whenever they are
     set. ``gamma`` and ``epsilon`` are stored as Python floats: a NumPy scalar computes exactly as
     the Python float of the same value. Subclasses name their per-environment arrays in
-    ``_checkpointed``: pairs of (key in the file, attribute holding the array).
+    ``_checkpointed``: pairs of (key in the file, attribute holding the array), the tracked
+    returns first.
+
+    The reward's layout (one number, or a vector of k objectives, per environment) is set by the
+    first step or a loaded checkpoint, whichever comes first: a vector reward gets returns with a
+    trailing objective axis and, under ``objectives="each"``, :class:`ObjectiveStats`.
     """
 
     _checkpointed: tuple[tuple[str, str], ...] = ()
     return_rms: Any
     _gamma: float
     _epsilon: float
+    _objectives: str
+    _objective_shape: tuple[int, ...] | None
     _update_running_mean: bool
 
-    def __init__(self, gamma, epsilon):
+    def __init__(self, gamma, epsilon, objectives):
         """Checks, stores and records the hyperparameters; the statistics start from the prior."""
         self.gamma = gamma
         self.epsilon = epsilon
+        self._objectives = check_objectives(objectives)
+        self._objective_shape = None  # set by the first step or a loaded checkpoint
         self._update_running_mean = True
         self.return_rms = RunningMeanStd()
-        RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon)  # type: ignore[arg-type]  # a wrapper
+        # The default is left out of the spec: a scalar wrapper's is Gymnasium's.
+        options = {} if objectives == "each" else {"objectives": objectives}
+        RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon, **options)  # type: ignore[arg-type]  # a wrapper
+
+    @property
+    def objectives(self) -> str:
+        """How a vector reward's objectives keep statistics: ``"each"`` or ``"shared"``."""
+        return self._objectives
 
     @property
     def update_running_mean(self) -> bool:
@@ -174,32 +271,97 @@ class Normalizer:
             )
         self._epsilon = epsilon
 
+    def _check_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
+        """A ValueError if the layout is set and ``source``'s differs; changes nothing."""
+        current = self._objective_shape
+        if current is not None and current != objective_shape:
+            raise ValueError(
+                f"{source} {describe_layout(objective_shape)} per environment, but this wrapper "
+                f"normalizes {describe_layout(current)} (reward shape "
+                f"{current} per environment, set by its first step or a loaded "
+                "checkpoint); a wrapper keeps one reward layout."
+            )
+
+    def _use_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
+        """Sets the layout on first use; a ValueError if ``source`` has another one."""
+        self._check_layout(objective_shape, source)
+        if self._objective_shape is None:
+            if objective_shape:  # a scalar reward keeps the statistics and arrays as they are
+                self.return_rms = self._new_stats(objective_shape)
+                for attr, zeros in self._arrays(objective_shape).items():
+                    setattr(self, attr, zeros)
+            self._objective_shape = objective_shape
+
+    def _stats_shape(self, objective_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The statistics' shape: one set per objective, or one set."""
+        return objective_shape if self._objectives == "each" else ()
+
+    def _new_stats(self, objective_shape: tuple[int, ...]):
+        """Fresh statistics for a reward with these objective axes."""
+        stats_shape = self._stats_shape(objective_shape)
+        return ObjectiveStats(stats_shape[0]) if stats_shape else RunningMeanStd()
+
+    def _arrays(self, objective_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+        """Zeroed per-environment arrays for a layout, by attribute: returns gain its axes."""
+        arrays = {}
+        for _, attr in self._checkpointed:
+            array = getattr(self, attr)
+            extra = objective_shape if array.dtype.kind == "f" else ()
+            arrays[attr] = np.zeros(array.shape[:1] + extra, array.dtype)
+        return arrays
+
+    def _template(self, objective_shape: tuple[int, ...]) -> dict[str, Any]:
+        """A fresh :meth:`state_dict` of a layout, for :func:`~rewardnorm_jax.load_state`."""
+        arrays = self._arrays(objective_shape)
+        state = {key: arrays[attr] for key, attr in self._checkpointed}
+        return {"return_rms": self._new_stats(objective_shape).stats, **state}
+
+    def _variance(self):
+        """The statistics' variance: a float, or an array ``(k,)`` of each objective's."""
+        var = self.return_rms.var
+        return float(var) if np.ndim(var) == 0 else np.asarray(var, np.float64)
+
     def state_dict(self) -> dict[str, Any]:
         """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""
         rms = self.return_rms
-        if not isinstance(rms, RunningMeanStd):  # a Gymnasium RunningMeanStd assigned by the user
-            if np.shape(rms.mean) != ():
+        expected = self._stats_shape(self._objective_shape or ())
+        if not isinstance(rms, (RunningMeanStd, ObjectiveStats)):  # a Gymnasium one
+            if np.shape(rms.mean) != () or expected != ():
                 raise ValueError(
-                    "return_rms should hold one set of statistics of shape () (the rewards' "
+                    f"return_rms should hold statistics of shape {expected} (the rewards' "
                     f"statistics), got a {type(rms).__name__} of shape {np.shape(rms.mean)}."
                 )
             rms = RunningMeanStd()
             rms.count, rms.mean, rms.var = (
                 np.asarray(getattr(self.return_rms, key)).item() for key in ("count", "mean", "var")
             )
+        elif np.shape(rms.mean) != expected:
+            raise ValueError(
+                f"return_rms should hold statistics of shape {expected} (the rewards' "
+                f"statistics), got a {type(rms).__name__} of shape {np.shape(rms.mean)}."
+            )
         arrays = {key: np.array(getattr(self, attr), copy=True) for key, attr in self._checkpointed}
         return {"return_rms": rms.stats, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing)."""
-        loaded = RunningMeanStd.from_running_stats(state["return_rms"])
-        arrays = {}
+        """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing).
+
+        A wrapper that has not stepped yet takes the layout of ``state`` (its returns' trailing
+        axis); one that has raises ValueError for another layout.
+        """
+        returns_key = self._checkpointed[0][0]
+        objective_shape = np.shape(state[returns_key])[1:]
+        self._check_layout(objective_shape, "the state holds returns of")
+        loaded = self._new_stats(objective_shape)
+        loaded.stats = state["return_rms"]
+        arrays, targets = {}, self._arrays(objective_shape)
         for key, attr in self._checkpointed:
-            target, value = getattr(self, attr), state[key]
+            target, value = targets[attr], state[key]
             if target.dtype.kind == "f":
                 value = check_returns(key, value, target.shape)
             arrays[attr] = np.asarray(value, target.dtype)
-        if isinstance(self.return_rms, RunningMeanStd):
+        self._use_layout(objective_shape, "the state holds returns of")
+        if isinstance(self.return_rms, (RunningMeanStd, ObjectiveStats)):
             self.return_rms.set_state(loaded.get_state())
         else:  # a Gymnasium RunningMeanStd assigned by the user: its own attributes
             rms = self.return_rms
@@ -215,15 +377,37 @@ class Normalizer:
     def load(self, path: str | os.PathLike) -> None:
         """Restores what :meth:`save` wrote.
 
+        A wrapper that has not stepped yet takes the checkpoint's reward layout.
+
         Raises:
             ValueError: for a file that is not such a checkpoint, is corrupt, was saved with
-                another wrapper class, ``gamma``, ``epsilon`` or number of environments (each
-                difference named), or holds values no run produces.
+                another wrapper class, ``gamma``, ``epsilon``, ``objectives``, number of
+                environments or reward layout (one number or k objectives; each difference
+                named), or holds values no run produces.
         """
-        data, metadata = pathlib.Path(path).read_bytes(), self._checkpoint_metadata()
-        self.load_state_dict(checkpoint.load_state(self.state_dict(), data, metadata))
+        data = pathlib.Path(path).read_bytes()
+        objective_shape = saved_objective_shape(data)
+        if objective_shape is None:  # unreadable: load_state names the fault
+            objective_shape = self._objective_shape or ()
+        self._check_layout(objective_shape, f"the checkpoint {os.fspath(path)!r} holds")
+        template, metadata = (
+            self._template(objective_shape),
+            self._checkpoint_metadata(objective_shape),
+        )
+        self.load_state_dict(checkpoint.load_state(template, data, metadata))
 
-    def _checkpoint_metadata(self) -> dict[str, Any]:
+    def _checkpoint_metadata(
+        self, objective_shape: tuple[int, ...] | None = None
+    ) -> dict[str, Any]:
+        """What a checkpoint records beside the state: class, hyperparameters, reward layout."""
+        objective_shape = self._objective_shape if objective_shape is None else objective_shape
         cls = type(self)
         wrapper = f"{cls.__module__}.{cls.__qualname__}"
-        return {"wrapper": wrapper, "gamma": self.gamma, "epsilon": self.epsilon}
+        metadata: dict[str, Any] = {
+            "wrapper": wrapper,
+            "gamma": self.gamma,
+            "epsilon": self.epsilon,
+        }
+        if objective_shape:  # a scalar reward's checkpoint keeps the layout it always had
+            metadata.update(objectives=self._objectives, num_objectives=objective_shape[0])
+        return metadata

@@ -2,9 +2,10 @@
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -33,9 +34,15 @@ def _count(name: str, value) -> int:
     return samples
 
 
-def _host_stats(moments, samples: int) -> rs.RunningStats:
-    """The core's :class:`~rewardnorm_jax.RunningStats` of these values, as host NumPy arrays."""
-    words = np.array(divmod(samples, 2**32), np.uint32)
+def _host_stats(moments, samples) -> rs.RunningStats:
+    """The core's :class:`~rewardnorm_jax.RunningStats` of these values, as host NumPy arrays.
+
+    ``moments`` is one ``(mean, mean_low, m2, m2_low)`` and ``samples`` an int, or a sequence of
+    each (statistics of shape ``(k,)``).
+    """
+    counts = samples if isinstance(samples, Sequence) else [samples]
+    words = np.array([divmod(count, 2**32) for count in counts], np.uint32)
+    words = words if isinstance(samples, Sequence) else words[0]
     return rs.RunningStats(np.array(moments, np.float64), words)  # type: ignore[arg-type]  # NumPy arrays, not jax.Array
 
 
@@ -249,3 +256,117 @@ class RunningMeanStd:
     def __repr__(self) -> str:
         mean, var = float(self.mean), float(self.var)
         return f"RunningMeanStd(mean={mean!r}, var={var!r}, count={self.count!r})"
+
+
+class ObjectiveStats:
+    r"""Running statistics of each objective of a vector reward: one :class:`RunningMeanStd` each.
+
+    ``stats[i]`` is objective ``i``'s :class:`RunningMeanStd` (a live reference), so the
+    statistics of objective :math:`i` are those a scalar ``NormalizeReward`` keeps of that
+    objective's rewards alone, as MO-Gymnasium's ``MONormalizeReward(env, idx=i)`` does.
+    ``mean``, ``var`` and ``count`` are float64 arrays of shape ``(k,)`` (copies), ``samples``
+    a list of ints; ``stats`` is the core's :class:`~rewardnorm_jax.RunningStats` of shape
+    ``(k,)`` (assignable, checked as :attr:`RunningMeanStd.stats`).
+
+    Args:
+      num_objectives: the number of objectives :math:`k \ge 1`.
+
+    Example:
+      >>> stats = ObjectiveStats(2)
+      >>> stats[0].update(np.array([1.0, 3.0]))
+      >>> stats.mean.round(3).tolist(), stats.samples
+      ([2.0, 0.0], [2, 0])
+    """
+
+    __slots__ = ("_each",)
+    _each: tuple[RunningMeanStd, ...]
+
+    def __init__(self, num_objectives: int):
+        if not (isinstance(num_objectives, numbers.Integral) and num_objectives >= 1):
+            raise ValueError(
+                f"num_objectives should be an integer >= 1, got num_objectives={num_objectives!r}."
+            )
+        self._each = tuple(RunningMeanStd() for _ in range(int(num_objectives)))
+
+    def __len__(self) -> int:
+        return len(self._each)
+
+    def __getitem__(self, index: int) -> RunningMeanStd:
+        return self._each[index]
+
+    def __iter__(self) -> Iterator[RunningMeanStd]:
+        return iter(self._each)
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Running mean of each objective, float64 ``(k,)``."""
+        return np.array([stats.mean for stats in self._each])
+
+    @property
+    def var(self) -> np.ndarray:
+        """Population variance of each objective, float64 ``(k,)``."""
+        return np.array([stats.var for stats in self._each])
+
+    @property
+    def count(self) -> np.ndarray:
+        """Samples of each objective plus the prior weight ``1e-4``, float64 ``(k,)``."""
+        return np.array([stats.count for stats in self._each])
+
+    @property
+    def samples(self) -> list[int]:
+        """Exact number of samples of each objective."""
+        return [stats.samples for stats in self._each]
+
+    @property
+    def stats(self) -> rs.RunningStats:
+        """The core's :class:`~rewardnorm_jax.RunningStats` of shape ``(k,)``, host arrays."""
+        moments = [stats._moments for stats in self._each]
+        return _host_stats(moments, self.samples)
+
+    @stats.setter
+    def stats(self, stats: rs.RunningStats) -> None:
+        if np.shape(stats.mean) != (len(self),):
+            raise ValueError(
+                f"return_rms holds statistics of {len(self)} objectives (shape ({len(self)},)), "
+                f"got statistics of shape {np.shape(stats.mean)}."
+            )
+        moments, words = np.asarray(stats.moments), np.asarray(stats.count_words)
+        parts = [rs.RunningStats(moments[i], words[i], stats.decay) for i in range(len(self))]
+        self.set_state([RunningMeanStd.from_running_stats(part).get_state() for part in parts])
+
+    def get_state(self) -> list[dict[str, Any]]:
+        """:meth:`RunningMeanStd.get_state` of each objective, in order."""
+        return [stats.get_state() for stats in self._each]
+
+    def set_state(self, state: Sequence[Mapping[str, Any]]) -> None:
+        """Restores :meth:`get_state`'s list (all objectives checked before any changes)."""
+        if isinstance(state, (str, Mapping)) or not isinstance(state, Sequence):
+            raise ValueError(f"state should be the list from get_state(), got {state!r}.")
+        if len(state) != len(self):
+            raise ValueError(
+                f"state holds statistics of {len(state)} objectives, expected {len(self)}."
+            )
+        checked = [RunningMeanStd.from_state(each).get_state() for each in state]
+        for stats, each in zip(self._each, checked, strict=True):
+            stats.set_state(each)
+
+    def __getstate__(self) -> list[dict[str, Any]]:
+        return self.get_state()
+
+    def __setstate__(self, state: Sequence[Mapping[str, Any]]) -> None:
+        self._each = tuple(RunningMeanStd() for _ in state)
+        self.set_state(state)
+
+    def to_running_stats(self, dtype=None) -> rs.RunningStats:
+        """The core's :class:`~rewardnorm_jax.RunningStats` of shape ``(k,)`` (a copy).
+
+        Each objective's :meth:`RunningMeanStd.to_running_stats`, stacked: exact in float64.
+        """
+        each = [stats.to_running_stats(dtype) for stats in self._each]
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *each)
+
+    def __repr__(self) -> str:
+        return (
+            f"ObjectiveStats(mean={self.mean.tolist()!r}, var={self.var.tolist()!r}, "
+            f"count={self.count.tolist()!r})"
+        )

@@ -17,6 +17,7 @@ from rewardnorm_jax.gymnasium._common import (
     Normalizer,
     check_callable,
     clip_function,
+    merge_returns,
     real_array,
     returns_property,
     step_arrays,
@@ -40,13 +41,18 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     1.3.0's too, to float64 rounding). ``reset(options={"reset_mask": m})`` zeroes only the
     returns of the environments it resets (Gymnasium zeroes them all, a known bug). ``save`` /
     ``load`` also keep the pending autoresets, so a restored wrapper continues bit for bit; the
-    rest (``update_running_mean``, ``return_rms``, non-finite rewards, checks) is as in
-    :class:`rewardnorm_jax.gymnasium.NormalizeReward`.
+    rest (``update_running_mean``, ``return_rms``, non-finite rewards, checks, vector rewards)
+    is as in :class:`rewardnorm_jax.gymnasium.NormalizeReward`. Rewards of shape
+    ``(num_envs, k)`` (MO-Gymnasium's ``MOSyncVectorEnv``) keep returns of that shape; each
+    objective's statistics are then those this wrapper keeps of that objective's rewards alone,
+    or one set learns every objective's returns under ``objectives="shared"``.
 
     Args:
         env: The vector environment to wrap.
         gamma: The discount factor of the tracked returns, in [0, 1].
         epsilon: A stability parameter added to the variance, > 0 and finite.
+        objectives: For vector rewards, ``"each"`` (one set of statistics per objective) or
+            ``"shared"`` (one scale across the objectives); scalar rewards ignore it.
 
     Example:
         Gymnasium's example (without the wrapper, mean -0.03359492141887935, std
@@ -62,15 +68,25 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
 
     Change logs:
      * v0.1.0 - Initially added, matching Gymnasium 1.4.0 (SAME_STEP autoreset).
+     * Unreleased - Vector (multi-objective) rewards, and ``objectives``.
     """
 
     _checkpointed = (("accumulated_reward", "_accumulated_reward"), ("prev_dones", "_prev_dones"))
     accumulated_reward = returns_property(
-        "accumulated_reward", "Gymnasium's float32 array (num_envs,); assignments round to float32"
+        "accumulated_reward",
+        "Gymnasium's float32 array (num_envs,), (num_envs, k) for k objectives; assignments "
+        "round to float32",
     )
 
-    def __init__(self, env: VectorEnv, gamma: base.Real = 0.99, epsilon: base.Real = 1e-8):
-        Normalizer.__init__(self, gamma, epsilon)
+    def __init__(
+        self,
+        env: VectorEnv,
+        gamma: base.Real = 0.99,
+        epsilon: base.Real = 1e-8,
+        *,
+        objectives: str = "each",
+    ):
+        Normalizer.__init__(self, gamma, epsilon, objectives)
         VectorWrapper.__init__(self, env)
         self._accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
@@ -97,9 +113,13 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        shape = self._accumulated_reward.shape
-        rewards, ends, cuts = step_arrays(shape, reward, terminated, truncated)
+        rewards, ends, cuts = step_arrays(self._prev_dones.shape, reward, terminated, truncated)
+        self._use_layout(rewards.shape[1:], "the environment returned rewards of")
         active = None if self._same_step else ~self._prev_dones
+        self._prev_dones = ends | cuts
+        if rewards.ndim == 2:  # one flag per environment, for each of its objectives
+            ends, cuts = ends[:, None], cuts[:, None]
+            active = None if active is None else active[:, None]
         valid = np.isfinite(rewards) if active is None else active & np.isfinite(rewards)
         ret, _ = formulas.return_step(
             np,
@@ -116,10 +136,8 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
             learn_returns=self._learn_returns,
         )
         self._accumulated_reward[...] = ret
-        self._prev_dones = ends | cuts
         # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
-        var = float(self.return_rms.var)
-        scaled = formulas.scale_by_std(np, rewards, var, self.epsilon, None, False)
+        scaled = formulas.scale_by_std(np, rewards, self._variance(), self.epsilon, None, False)
         return obs, scaled, terminated, truncated, info
 
     def normalize(self, reward) -> np.ndarray:
@@ -132,19 +150,11 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         selected = np.isfinite(returns) & self._update_running_mean
         self._learn_returns(self.return_rms, returns, selected)
         reward = real_array("reward", reward).astype(np.float64)
-        var = float(self.return_rms.var)
-        return formulas.scale_by_std(np, reward, var, self.epsilon, None, False)
+        return formulas.scale_by_std(np, reward, self._variance(), self.epsilon, None, False)
 
     def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
         """Merges the selected returns, as carried (float32), into ``rms``."""
-        # The moments of the selected returns alone, as Gymnasium's np.mean / np.var of
-        # acc[active]: from 8 environments on, NumPy's pairwise sums of a where-masked full
-        # array round differently (up to 7e-8 relative).
-        batch = np.asarray(returns[selected], self._accumulated_reward.dtype)
-        if batch.size:
-            batch_mean, batch_var = formulas.batch_moments(batch)
-            rms.update_from_moments(batch_mean, batch_var, batch.size)
-        return rms
+        return merge_returns(rms, returns, selected, self._accumulated_reward.dtype)
 
 
 class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
