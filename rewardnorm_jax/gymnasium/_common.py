@@ -62,7 +62,7 @@ def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
     rewards, ends, cuts = np.asarray(reward), np.asarray(terminated), np.asarray(truncated)
     if not (  # the common case, checked at once: real rewards, boolean flags, one layout
         ends.shape == cuts.shape == shape
-        and _is_layout(rewards.shape, shape)
+        and (rewards.shape == shape or _is_layout(rewards.shape, shape))
         and rewards.dtype.kind in "biuf"
         and ends.dtype.kind == cuts.dtype.kind == "b"
     ):
@@ -318,8 +318,8 @@ class Normalizer:
 
     def _variance(self):
         """The statistics' variance: a float, or an array ``(k,)`` of each objective's."""
-        var = self.return_rms.var
-        return float(var) if np.ndim(var) == 0 else np.asarray(var, np.float64)
+        rms = self.return_rms
+        return rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
 
     def state_dict(self) -> dict[str, Any]:
         """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""

@@ -114,7 +114,8 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
         rewards, ends, cuts = step_arrays(self._prev_dones.shape, reward, terminated, truncated)
-        self._use_layout(rewards.shape[1:], "the environment returned rewards of")
+        if rewards.shape[1:] != self._objective_shape:  # the first step, or a changed shape
+            self._use_layout(rewards.shape[1:], "the environment returned rewards of")
         active = None if self._same_step else ~self._prev_dones
         self._prev_dones = ends | cuts
         if rewards.ndim == 2:  # one flag per environment, for each of its objectives
