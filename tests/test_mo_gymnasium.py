@@ -493,3 +493,33 @@ def test_mo_gymnasiums_linear_reward_gives_one_number_normalized_as_usual():
     for (_, got, *_), (_, expected, *_) in play_single([ours, theirs], 300, seed=2):
         assert np.ndim(got) == 0
         np.testing.assert_allclose(got, expected, rtol=RTOL)
+
+
+def test_vector_normalize_helper_works_objective_by_objective():
+    rewards = np.random.default_rng(2).normal(size=(5, 2, 3)) * [1.0, 10.0, 100.0]
+    flags = np.zeros((5, 2), bool)
+    ours = vector.NormalizeReward(ScriptedVectorEnv(rewards, flags, flags))
+    columns = [
+        vector.NormalizeReward(ScriptedVectorEnv(rewards[..., i], flags, flags)) for i in range(3)
+    ]
+    for env in (ours, *columns):
+        env.reset()
+        env.step(None)
+    got = ours.normalize(rewards[1])
+    expected = np.stack([c.normalize(rewards[1, :, i]) for i, c in enumerate(columns)], axis=-1)
+    np.testing.assert_array_equal(got, expected)
+    assert ours.return_rms.samples == [4, 4, 4]
+
+
+def test_shared_scale_leaves_a_non_finite_objective_out_of_the_batch():
+    script = [(np.array([1.0, 2.0]), False, False), (np.array([3.0, math.nan]), False, False)]
+    env = NormalizeReward(ScriptedEnv(script), gamma=0.5, objectives="shared")
+    env.step(0)
+    scaled = np.asarray(env.step(0)[1])
+    expected = RunningMeanStd()
+    expected.update(np.array([1.0, 2.0]))
+    expected.update(np.array([3.5]))  # 0.5 * 1 + 3; objective 1's return stays 2
+    assert env.return_rms.get_state() == expected.get_state()
+    assert env.discounted_reward.tolist() == [[3.5, 2.0]]
+    assert scaled[0] == 3.0 / math.sqrt(float(expected.var) + 1e-8)
+    assert math.isnan(scaled[1])
