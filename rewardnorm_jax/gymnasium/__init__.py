@@ -147,7 +147,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     def _step_objectives(
         self, rewards: np.ndarray, terminated: bool, truncated: bool
     ) -> np.ndarray:
-        """The step of a vector reward (float64, ``(k,)``): the scalar step on each objective."""
+        """The step of a vector reward (float64, ``(k,)``): the scalar recurrence per objective."""
         ret, _ = formulas.return_step(
             np,
             self._discounted_reward[0],
