@@ -10,9 +10,9 @@ device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
   ``NamedSharding``-sharded inputs on 1, 2, 4 and 8 devices, for the three
   semantics (in float32 also with ``decay`` and ``g_max``); ``gymnax`` runs the
   gymnax adapter under ``shard_map``; ``large_batch`` one update past float32's
-  exact count. It prints one JSON object: for every run, the largest deviation
-  from the single-device run and whether every participant ended with
-  bit-identical statistics.
+  exact count; ``keyed`` per-task statistics on 2 and 8 devices. It prints one
+  JSON object: for every run, the largest deviation from the single-device run
+  and whether every participant ended with bit-identical statistics.
 * ``python -m tests._multidevice_worker distributed PORT PROCESS_ID`` is one of two
   processes joined by ``jax.distributed.initialize`` on ``127.0.0.1:PORT``; it
   prints the final statistics it holds, which must match the other process's.
@@ -364,6 +364,72 @@ def large_batch() -> dict:
     }
 
 
+def keyed(dtype_name: str) -> dict:
+    """Per-task statistics of two objectives under ``shard_map`` on 2 and 8 devices, and on one.
+
+    The 24 environments run 5 tasks, drawn again at each episode's end; each
+    device merges its environments' returns into the tasks' shared sets.
+    """
+    with jax.enable_x64(dtype_name == "float64"):
+        dtype = np.dtype(dtype_name)
+        rng = np.random.default_rng(4)
+        terminated = rng.random((STEPS, PADDED_ENVS)) < 0.1
+        tasks = rng.integers(0, 5, (STEPS, PADDED_ENVS)).astype(np.int32)
+        for t in range(1, STEPS):  # a task changes only at an episode's end
+            tasks[t] = np.where(terminated[t - 1], tasks[t], tasks[t - 1])
+        scale = (10.0**tasks)[..., None] * np.array([1.0, 1e3])
+        rewards = (rng.normal(1.0, 1.0, (STEPS, PADDED_ENVS, 2)) * scale).astype(dtype)
+
+        def norm(axis_name):
+            return rn.normalize_reward(GAMMA, num_tasks=5, components=1, axis_name=axis_name)
+
+        def run(axis_name, state, rewards, terminated, tasks):
+            transform = norm(axis_name)
+
+            def body(state, xs):
+                reward, done, task = xs
+                out, state = transform.step(rn.set_task(state, task), reward, done, False)
+                return state, out
+
+            state, out = jax.lax.scan(body, state, (rewards, terminated, tasks))
+            return state.stats, out
+
+        state = norm(None).init(rewards.shape[1:])
+        ref_stats, ref_out = jax.jit(partial(run, None))(state, rewards, terminated, tasks)
+        # The state enters through in_specs: statistics replicated, returns and tasks sharded.
+        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"), task=P("device"))  # type: ignore[arg-type]  # a pytree of specs
+        results = {}
+        for parts in (2, 8):
+            mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+
+            def local(state, *stream):
+                stats, out = run("device", state, *stream)
+                return jax.tree.map(lambda leaf: leaf[None], stats), out
+
+            fn = jax.jit(
+                jax.shard_map(
+                    local,
+                    mesh=mesh,
+                    in_specs=(state_spec,) + (P(None, "device"),) * 3,
+                    out_specs=(P("device"), P(None, "device")),
+                )
+            )
+            stats, out = fn(state, rewards, terminated, tasks)
+            stats = jax.tree.map(np.asarray, stats)
+            got = final_stats(jax.tree.map(lambda x: x[0], stats))
+            ref = final_stats(ref_stats)
+            results[f"keyed/{dtype_name}/{parts}"] = {
+                "identical": all(bool(np.all(x == x[:1])) for x in jax.tree.leaves(stats)),
+                "count": got["count"].tolist(),
+                "reference_count": ref["count"].tolist(),
+                "stats": max(
+                    deviation(got["mean"], ref["mean"]), deviation(got["var"], ref["var"])
+                ),
+                "rewards": deviation(out, ref_out),
+            }
+    return results
+
+
 def matrix(dtype_name: str) -> dict:
     """Every run against the single-device reference, keyed ``mode/config/dtype/devices``."""
     results = {}
@@ -451,6 +517,7 @@ if __name__ == "__main__":
             "float64": lambda: matrix("float64"),
             "gymnax": gymnax_runs,
             "large_batch": lambda: {"large_batch/float32/8": large_batch()},
+            "keyed": lambda: keyed("float32") | keyed("float64"),
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

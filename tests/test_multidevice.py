@@ -84,7 +84,7 @@ def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
         _start("matrix", "float32", devices=8),
-        _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", devices=8),
+        _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", devices=8),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
     try:
@@ -181,3 +181,14 @@ def test_update_beyond_float32_exact_count_merges_exactly(runs):
     assert row["identical"], row
     assert row["count"] == row["reference_count"] == row["expected_count"] == 8 * (2**21 + 1) - 1
     assert row["stats"] <= TOLERANCE["float32"], row
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("parts", [2, 8])
+def test_per_task_statistics_merge_across_devices(runs, dtype, parts):
+    row = runs["matrix"][f"keyed/{dtype}/{parts}"]
+    assert row["identical"], row
+    assert row["count"] == row["reference_count"], row
+    assert sum(row["count"]) == 48 * 24 * 2, row  # every step, environment and objective
+    assert row["stats"] <= TOLERANCE[dtype], row
+    assert row["rewards"] <= TOLERANCE[dtype], row

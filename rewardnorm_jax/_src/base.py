@@ -300,8 +300,11 @@ def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
     """Raises a ValueError at trace time if shapes disagree with the state.
 
     ``reward`` must have exactly ``batch_shape``; each flag may be a scalar
-    (broadcast to the batch) or have exactly ``batch_shape``. Silent
-    broadcasting would give wrong statistics, so nothing else is accepted.
+    (broadcast to the batch), have exactly ``batch_shape``, or a leading part
+    of it: a flag of shape ``(N,)`` for rewards of shape ``(N, k)`` (``k``
+    objectives or agents of one environment) applies to the environment's
+    every reward. Silent broadcasting would give wrong statistics, so nothing
+    else is accepted.
     """
     if jnp.shape(reward) != tuple(batch_shape):
         raise ValueError(
@@ -310,10 +313,12 @@ def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
             "or re-create the state with init(batch_shape=reward.shape)."
         )
     for name, value in flags.items():
-        if value is not None and jnp.shape(value) not in ((), tuple(batch_shape)):
+        shape = jnp.shape(value)
+        if value is not None and shape != tuple(batch_shape)[: len(shape)]:
             raise ValueError(
-                f"{name} has shape {jnp.shape(value)}; expected a scalar or the "
-                f"state's batch_shape {tuple(batch_shape)}."
+                f"{name} has shape {shape}; expected a scalar, the state's batch_shape "
+                f"{tuple(batch_shape)} or a leading part of it (one flag per environment "
+                "for all of its rewards)."
             )
 
 
@@ -441,8 +446,24 @@ def check_reward(name: str, value):
 
 
 def as_flag(value, batch_shape: Shape, name: str) -> jax.Array:
-    """A boolean array of ``batch_shape`` from a scalar or array flag (:func:`check_flag`)."""
-    return jnp.broadcast_to(jnp.asarray(check_flag(name, value), dtype=bool), batch_shape)
+    """A boolean array of ``batch_shape`` from a flag of a leading part of its shape."""
+    flag = jnp.asarray(check_flag(name, value), dtype=bool)
+    flag = flag.reshape(flag.shape + (1,) * (len(batch_shape) - flag.ndim))
+    return jnp.broadcast_to(flag, batch_shape)
+
+
+def check_count(name: str, value, *, minimum: int) -> int:
+    """An integer hyperparameter (a number of axes, of tasks) as a Python int >= ``minimum``.
+
+    Raises:
+      TypeError: for a value that is not an integer (a bool or a float included).
+      ValueError: for an integer below ``minimum``.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} should be an integer, got {name}={value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} should be an integer >= {minimum}, got {name}={value!r}.")
+    return int(value)
 
 
 def check_bool(name: str, value) -> bool:

@@ -283,17 +283,38 @@ def check_values(state) -> None:
                 check(node, "state" + jax.tree_util.keystr(path))
 
 
-def _v1_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """Version-1 metadata with the options added since, at the values it implied.
+# Options of ``normalize_reward`` added after format version 2 began, at the values
+# that checkpoints saved before them hold: one scalar stream per environment.
+_ADDED_OPTIONS = {"components": 0, "num_tasks": None, "episodic": True}
+
+
+def _with_added_options(metadata: dict[str, Any], version: int) -> dict[str, Any]:
+    """Metadata with the options added since it was saved, at the values it implied.
 
     A ``normalize_reward`` config of version 1 has no ``finite_rewards``: its
-    normalizers handled non-finite rewards, so it is ``False``.
+    normalizers handled non-finite rewards, so it is ``False``. Configs saved
+    before the reward streams have no ``components``, ``num_tasks`` or
+    ``episodic``: they are one scalar, episodic stream.
     """
     metadata = dict(metadata)
     for key, value in list(metadata.items()):
         if key.endswith("transform") and value == "normalize_reward":
-            metadata.setdefault(key[: -len("transform")] + "finite_rewards", False)
+            prefix = key[: -len("transform")]
+            added = _ADDED_OPTIONS | ({"finite_rewards": False} if version == 1 else {})
+            for option, default in added.items():
+                metadata.setdefault(prefix + option, default)
     return metadata
+
+
+def _with_added_fields(saved, expected):
+    """``saved`` with the state fields added since, ``None`` in ``expected`` (``task``), as None."""
+    if not (isinstance(saved, dict) and isinstance(expected, dict)):
+        return saved
+    filled = {key: _with_added_fields(value, expected.get(key)) for key, value in saved.items()}
+    for key, value in expected.items():
+        if value is None and key not in saved:
+            filled[key] = None
+    return filled
 
 
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
@@ -357,7 +378,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     quantity of :class:`~rewardnorm_jax.RunningStats` as its own leaf) are
     migrated to the packed layout on loading, bit for bit, and their
     metadata gains the options added since at the values version 1 implied
-    (``finite_rewards=False``).
+    (``finite_rewards=False``). Checkpoints saved before the reward streams
+    load as one scalar, episodic stream (``components=0``, ``num_tasks=None``,
+    ``episodic=True``, no ``task`` field).
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
@@ -391,8 +414,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     saved = record["state"]
     if record["version"] == 1:
         saved = _pack_v1_stats(saved)
-        record["metadata"] = _v1_metadata(record["metadata"])
+    record["metadata"] = _with_added_options(record["metadata"], record["version"])
     expected = serialization.to_state_dict(template)
+    saved = _with_added_fields(saved, expected)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
     differences += _compare("static field", record["static"], _static_fields(template))

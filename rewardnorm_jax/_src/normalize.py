@@ -20,9 +20,12 @@ SEMANTICS_CLIP = object()  # ``clip`` left out: the semantics' own bound
 class NormalizeRewardState(struct.PyTreeNode):
     """State of :func:`normalize_reward`."""
 
-    stats: rs.RunningStats  # statistics of the discounted return: () shared, else batch_shape
+    # statistics of the discounted return: () shared, else batch_shape; with
+    # components, their shape; with num_tasks, a leading axis of one set per task
+    stats: rs.RunningStats
     ret: jax.Array  # batch_shape, the tracked discounted return G
     ret_abs_max: jax.Array | None = None  # stats shape, running max |G| (g_max only)
+    task: jax.Array | None = None  # int32, the environments' shape: each one's task (num_tasks)
 
 
 # Which hyperparameters shape which part of the state, for mismatch messages.
@@ -30,8 +33,9 @@ STATE_HINTS = {
     "": "shared,dtype",
     "ret": "dtype",
     "stats/decay": "decay",
-    "stats/moments": "decay,shared,dtype",
-    "ret_abs_max": "g_max,shared",
+    "stats/moments": "decay,shared,components,num_tasks,dtype",
+    "ret_abs_max": "g_max,shared,components,num_tasks",
+    "task": "num_tasks,components",
 }
 
 
@@ -151,6 +155,9 @@ def normalize_reward(
     shared: bool | np.bool_ = True,
     g_max=None,
     finite_rewards: bool | np.bool_ = False,
+    components: int = 0,
+    num_tasks: int | None = None,
+    episodic: bool | np.bool_ = True,
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
 
@@ -208,6 +215,12 @@ def normalize_reward(
       ``batch_shape``), for multi-task batches where each environment has its
       own reward scale; with ``axis_name``, environment :math:`i` of every
       participant shares statistics (position-wise ``psum``).
+    * reward streams beyond one scalar per environment: ``components``
+      (several objectives, or agents stacked along an axis, each with its own
+      statistics), ``num_tasks`` (one set per task, for multi-task and
+      open-ended training) and ``episodic=False`` (a non-episodic return for
+      intrinsic rewards). Flags may be given per environment (a leading part
+      of the rewards' shape) or per reward.
     * ``g_max``: a floor on the divisor from the running maximum of
       :math:`|G|` (SimbaV2, FastTD3), so the normalized return stays within
       about :math:`\pm g_{max}` when the variance is small against the largest
@@ -240,6 +253,17 @@ def normalize_reward(
         compiled step then skips the NaN/inf handling (a non-finite reward
         would poison the statistics); with no ``active`` mask either, it
         selects no entries at all, the cheapest step.
+      components: how many trailing axes of the rewards are components of one
+        environment's reward (objectives, or agents stacked along an axis),
+        each with statistics of its own; the other axes are environments,
+        which share them. 0 (default): every reward shares one set, which
+        keeps the ratios between components.
+      num_tasks: ``None``, or the number :math:`K` of tasks (levels): one
+        set of statistics per task, each environment's return merged into its
+        task's set and its reward normalized by it. Set each environment's
+        task with :func:`~rewardnorm_jax.set_task`.
+      episodic: if false, the return never resets at episode ends (intrinsic
+        rewards, as RND's): the flags are still checked, and never used.
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform`. The output reward has the
@@ -286,14 +310,32 @@ def normalize_reward(
     g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
     shared = base.check_bool("shared", shared)  # a truthy string would silently share
     finite_rewards = base.check_bool("finite_rewards", finite_rewards)
+    episodic = base.check_bool("episodic", episodic)
+    components = base.check_count("components", components, minimum=0)
+    num_tasks = None if num_tasks is None else base.check_count("num_tasks", num_tasks, minimum=1)
+    if num_tasks is not None and not shared:
+        raise ValueError(
+            f"num_tasks={num_tasks} keeps one set of statistics per task, shared by the "
+            "environments that run it; shared=False keeps one per environment: choose one."
+        )
 
     def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
         batch_shape = base.check_batch_shape(batch_shape)
-        stats_shape = () if shared else batch_shape
+        if len(batch_shape) < components:
+            raise ValueError(
+                f"batch_shape={batch_shape} has fewer axes than components={components}: "
+                "the rewards' last `components` axes are their components (objectives, "
+                "agents), e.g. batch_shape=(num_envs, num_objectives) with components=1."
+            )
+        env_shape = batch_shape[: len(batch_shape) - components]
+        component_shape = batch_shape[len(env_shape) :]
+        tasks = () if num_tasks is None else (num_tasks,)
+        stats_shape = tasks + component_shape if shared else batch_shape
         return NormalizeRewardState(
             stats=rs.init_stats(stats_shape, dtype, decay=decay),
             ret=jnp.zeros(batch_shape, dtype),
             ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
+            task=None if num_tasks is None else jnp.zeros(env_shape, jnp.int32),
         )
 
     def checked_batch_shape(state) -> base.Shape:
@@ -317,20 +359,36 @@ def normalize_reward(
         passthrough = False if finite_rewards else ~jnp.isfinite(reward)
         return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
+    def per_reward(values, task) -> jax.Array:
+        """Values of the statistics' shape, as each reward sees them (its task's)."""
+        if task is None:
+            return values
+        # An id outside [0, num_tasks) reads NaN: its reward is not normalized silently.
+        inside = (task >= 0) & (task < values.shape[0])
+        gathered = values[jnp.where(inside, task, 0)]
+        return jnp.where(inside.reshape(task.shape + (1,) * (values.ndim - 1)), gathered, jnp.nan)
+
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
         base.check_step_inputs(checked_batch_shape(state), reward)
         reward = jnp.asarray(reward, dtype)
-        return scale(reward, inverse_std(state.stats, state.ret_abs_max))
+        inverse = inverse_std(state.stats, state.ret_abs_max)
+        return scale(reward, per_reward(inverse, state.task))
 
-    def learn_returns(stats, ret, mask):
+    def learn_returns(stats, ret, mask, task):
         """``stats`` (running statistics, max of ``|G|``) with ``ret`` learnt."""
         running, ret_abs_max = stats
+        mask = None if mask is True else jnp.broadcast_to(mask, ret.shape)
+        if task is not None:
+            if g_max is not None:
+                ret_abs_max = keyed_max(ret_abs_max, jnp.abs(ret), mask, task, axis_name)
+            running = rs.merge_keyed(running, ret, mask, task, axis_name=axis_name)
+            return running, ret_abs_max
         if g_max is not None:
             ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
         running = rs.merge_checked(
             running,
             ret,
-            None if mask is True else jnp.broadcast_to(mask, ret.shape),
+            mask,
             axis_name=axis_name,
             unselected_alike=True,  # a skipped step's return is a return too
         )
@@ -339,6 +397,11 @@ def normalize_reward(
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         checked_batch_shape(state)
         rs.participants(axis_name)  # an unbound axis_name is named before any collective
+        if not episodic:  # the flags are checked, but never end the return
+            base.check_step_inputs(
+                state.ret.shape, reward, terminated=terminated, truncated=truncated
+            )
+            terminated = truncated = False
         reward, ret, (stats, ret_abs_max) = checked_return_step(
             state.ret,
             (state.stats, state.ret_abs_max),
@@ -350,11 +413,12 @@ def normalize_reward(
             gamma=gamma,
             semantics=semantics,
             dtype=dtype,
-            learn_returns=learn_returns,
+            learn_returns=lambda stats, ret, mask: learn_returns(stats, ret, mask, state.task),
             finite_rewards=finite_rewards,
         )
-        new_state = NormalizeRewardState(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        return scale(reward, inverse_std(stats, ret_abs_max)), new_state
+        new_state = state.replace(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
+        inverse = per_reward(inverse_std(stats, ret_abs_max), state.task)
+        return scale(reward, inverse), new_state
 
     config = base.make_config(
         "normalize_reward",
@@ -367,5 +431,76 @@ def normalize_reward(
         shared=shared,
         g_max=g_max,
         finite_rewards=finite_rewards,
+        components=components,
+        num_tasks=num_tasks,
+        episodic=episodic,
     )
     return base.transform_from_step(init, normalize, step, config)
+
+
+def keyed_max(old, values, mask, task, axis_name=None) -> jax.Array:
+    """``max(old, max of the masked values)`` per task: ``old`` ``(K, *S)``, values ``(*E, *S)``."""
+    num_tasks, stats_shape = old.shape[0], old.shape[1:]
+    entries = task.size
+    values = values.reshape(entries, *stats_shape)
+    if mask is not None:
+        values = jnp.where(mask.reshape(values.shape), values, -jnp.inf)
+    task = task.reshape(entries)
+    task = jnp.where((task >= 0) & (task < num_tasks), task, num_tasks)  # dropped by segment_max
+    batch_max = jax.ops.segment_max(values, task, num_tasks)
+    if axis_name is not None:
+        batch_max = jax.lax.pmax(batch_max, axis_name)
+    return jnp.maximum(old, batch_max)
+
+
+def set_task(state, task) -> NormalizeRewardState:
+    """The state of a ``normalize_reward(num_tasks=K)`` with each environment's task set.
+
+    Call it whenever tasks change (after a reset, or every step with the ids
+    your level sampler holds); the next ``step`` merges each environment's
+    return into its task's statistics and normalizes its reward by them. The
+    return stays the environment's.
+
+    Args:
+      state: a :class:`NormalizeRewardState` of a transform built with ``num_tasks``.
+      task: integers in ``[0, num_tasks)``, one per environment (the rewards'
+        shape without their component axes).
+
+    Returns:
+      The state with ``task`` replaced.
+
+    Raises:
+      ValueError: for a state without tasks, ``task`` of another shape, or
+        (when its values are known, outside ``jit``) an id outside ``[0, K)``.
+        Inside ``jit`` the ids cannot be checked: an entry with an id outside
+        ``[0, K)`` joins no task's statistics, and its reward normalizes to NaN.
+      TypeError: for ``task`` that is not integers.
+
+    Example:
+      >>> norm = normalize_reward(num_tasks=3)
+      >>> state = set_task(norm.init((4,)), jnp.array([0, 2, 2, 1]))
+      >>> state.task.tolist()
+      [0, 2, 2, 1]
+    """
+    if not isinstance(state, NormalizeRewardState) or state.task is None:
+        raise ValueError(
+            "set_task needs the state of a normalize_reward(num_tasks=K) transform, got "
+            f"{type(state).__name__}" + (" without tasks." if state is not None else ".")
+        )
+    if not jnp.issubdtype(jnp.result_type(task), jnp.integer):
+        raise TypeError(f"task should be integers, got dtype {jnp.result_type(task)}.")
+    if jnp.shape(task) != state.task.shape:
+        raise ValueError(
+            f"task has shape {jnp.shape(task)}; expected {state.task.shape}, one task id per "
+            "environment."
+        )
+    num_tasks = state.stats.mean.shape[0]
+    if not isinstance(task, jax.core.Tracer):
+        values = np.asarray(task)
+        bad = (values < 0) | (values >= num_tasks)
+        if bad.any():
+            raise ValueError(
+                f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
+                f"{values[bad].tolist()[:5]} at environments {np.argwhere(bad).tolist()[:5]}."
+            )
+    return state.replace(task=jnp.asarray(task, jnp.int32))

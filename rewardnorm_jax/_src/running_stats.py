@@ -461,6 +461,57 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
     )
 
 
+def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> RunningStats:
+    r"""Merges each entry of a batch into the statistics its key selects, in one pass.
+
+    ``stats`` holds :math:`K` sets of statistics along its first axis; entry
+    :math:`i` of the batch joins set ``keys[i]``. Each set gets the batch's
+    sums over its own entries by segment sums (exact when many entries share a
+    key), shifted by its largest selected entry, then the same Chan merge as
+    :func:`merge_stats`. A set with no entry in the batch is unchanged, and an
+    entry whose key is outside :math:`[0, K)` joins no set.
+
+    Args:
+      stats: statistics of shape ``(K, *S)``.
+      batch: values of shape ``(*E, *S)``, in the statistics' dtype.
+      mask: boolean of the batch's shape, or ``None`` to select every entry.
+      keys: integers of shape ``E``, the set of each entry.
+      axis_name: as for :func:`merge_stats`: the sets merge across it.
+
+    Returns:
+      The merged statistics.
+    """
+    num_keys, stats_shape = stats.mean.shape[0], stats.mean.shape[1:]
+    participants(axis_name)  # before the first collective
+    entries = math.prod(keys.shape)
+    keys = keys.reshape(entries)
+    batch = batch.reshape(entries, *stats_shape)
+    inside = (keys >= 0) & (keys < num_keys)
+    selected = inside.reshape(entries, *(1,) * len(stats_shape))
+    selected = jnp.broadcast_to(selected, batch.shape)
+    if mask is not None:
+        selected = selected & mask.reshape(batch.shape)
+    # The largest selected entry of each set is one of its values: the sums stay
+    # well conditioned however far the set's mean is from 0.
+    largest = jax.ops.segment_max(
+        jnp.where(selected, batch, -jnp.inf), keys, num_keys, indices_are_sorted=False
+    )
+    if axis_name is not None:
+        largest = jax.lax.pmax(largest, axis_name)
+    shift = jnp.where(largest > -jnp.inf, largest, stats.mean)
+    deviation = jnp.where(selected, batch - shift[jnp.where(inside, keys, 0)], 0.0)
+    terms = jnp.stack([deviation, deviation * deviation, selected.astype(batch.dtype)], axis=1)
+    sums = jnp.moveaxis(jax.ops.segment_sum(terms, keys, num_keys), 1, 0)
+    count_increment = None
+    if not _float_count_is_exact(batch, 1, axis_name):
+        count_increment = jax.ops.segment_sum(selected.astype(jnp.uint32), keys, num_keys)
+    if axis_name is not None:
+        sums = jax.lax.psum(sums, axis_name)
+        if count_increment is not None:
+            count_increment = jax.lax.psum(count_increment, axis_name)
+    return _add_shifted_sums(stats, sums, shift, count_increment)
+
+
 def merge_stats(
     stats: RunningStats,
     batch: jax.typing.ArrayLike,

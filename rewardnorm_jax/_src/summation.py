@@ -168,7 +168,7 @@ def _reduce_in_blocks(terms):
         )
         block_sums = jax.lax.reduce(rows, zeros, _add_terms, (1,))
         parts.append(jnp.sum(jnp.stack(block_sums), axis=1))
-    if rest:
+    if rest or not blocks:  # (an empty batch sums to zeros)
         tail = tuple(term[blocks * _BLOCK :] for term in terms)
         parts.append(jnp.stack(jax.lax.reduce(tail, zeros, _add_terms, (0,))))
     return tuple(parts)

@@ -1,0 +1,228 @@
+"""Reward streams beyond one scalar per environment, against NumPy float64 references.
+
+Per objective (``components``), one scale across objectives, per task
+(``num_tasks`` with ids drawn again at episode ends), non-episodic returns
+(``episodic=False``), an extrinsic and an intrinsic stream in one pytree, and
+the keyed merge across devices.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rewardnorm_jax as rn
+from tests import reference
+from tests.reference import RunningMeanStd
+
+GAMMA = 0.99
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+
+
+def stream(steps=40, num_envs=6, objectives=3, seed=0):
+    """Rewards ``(T, N, k)`` of objectives of scales 1, 100 and 1e4, ends ``(T, N)``."""
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** (2 * np.arange(objectives))
+    rewards = rng.normal(0.5, 1.0, (steps, num_envs, objectives)) * scales
+    terminated = rng.random((steps, num_envs)) < 0.1
+    return rewards, terminated
+
+
+def run(transform, rewards, terminated, dtype, tasks=None):
+    """Outputs ``(T, *batch)`` and the final state of ``transform`` stepped over the stream."""
+    state = transform.init(rewards.shape[1:])
+
+    def body(state, inputs):
+        reward, done, *task = inputs
+        if task:
+            state = rn.set_task(state, task[0])
+        out, state = transform.step(state, reward, done, False)
+        return state, out
+
+    inputs: tuple = (jnp.asarray(rewards, dtype), jnp.asarray(terminated))
+    inputs += () if tasks is None else (jnp.asarray(tasks),)
+    state, outputs = jax.jit(lambda inputs: jax.lax.scan(body, state, inputs))(inputs)
+    return np.asarray(outputs, np.float64), state
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_each_objective_matches_a_scalar_normalizer_of_its_own(dtype):
+    rewards, terminated = stream()
+    with jax.enable_x64(dtype == "float64"):
+        outputs, state = run(rn.normalize_reward(GAMMA, components=1), rewards, terminated, dtype)
+        for k in range(rewards.shape[2]):
+            expected, _, rms = reference.normalize_stream(
+                rewards[:, :, k], terminated, np.zeros_like(terminated), gamma=GAMMA
+            )
+            np.testing.assert_allclose(outputs[:, :, k], expected, rtol=TOLERANCE[dtype])
+            var = float(state.stats.var[k])
+            np.testing.assert_allclose(var, rms.var, rtol=TOLERANCE[dtype])
+            assert int(rn.count_as_int(state.stats)[k]) == round(rms.count)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_one_scale_across_objectives_keeps_their_ratios(dtype):
+    rewards, terminated = stream()
+    steps, _, objectives = rewards.shape
+    with jax.enable_x64(dtype == "float64"):
+        outputs, state = run(rn.normalize_reward(GAMMA), rewards, terminated, dtype)
+        var = float(state.stats.var)
+    # Every objective of every environment is one more return of one shared set.
+    flat_ends = np.repeat(terminated, objectives, axis=1)
+    expected, _, rms = reference.normalize_stream(
+        rewards.reshape(steps, -1), flat_ends, np.zeros_like(flat_ends), gamma=GAMMA
+    )
+    np.testing.assert_allclose(outputs.reshape(steps, -1), expected, rtol=TOLERANCE[dtype])
+    np.testing.assert_allclose(var, rms.var, rtol=TOLERANCE[dtype])
+    ratios = outputs[-1] / rewards[-1]
+    np.testing.assert_allclose(ratios, ratios[0, 0], rtol=TOLERANCE[dtype])
+
+
+def keyed_reference(rewards, terminated, tasks, num_tasks, gamma=GAMMA, epsilon=1e-8):
+    """Gymnasium's recurrence per environment, one ``RunningMeanStd`` per task."""
+    stats = [RunningMeanStd() for _ in range(num_tasks)]
+    ret = np.zeros(rewards.shape[1])
+    outputs = np.zeros_like(rewards)
+    for t in range(rewards.shape[0]):
+        ret = np.where(terminated[t], 0.0, ret) * gamma + rewards[t]
+        for task in range(num_tasks):
+            if np.any(tasks[t] == task):
+                stats[task].update(ret[tasks[t] == task])
+        var = np.array([stats[task].var for task in tasks[t]])
+        outputs[t] = rewards[t] / np.sqrt(var + epsilon)
+    return outputs, stats
+
+
+def redrawn_tasks(terminated, num_tasks, seed=1):
+    """Each environment's task, drawn again at the step after its episode ended."""
+    rng = np.random.default_rng(seed)
+    tasks = np.zeros(terminated.shape, np.int32)
+    current = rng.integers(0, num_tasks, terminated.shape[1])
+    for t in range(terminated.shape[0]):
+        if t > 0:
+            current = np.where(
+                terminated[t - 1], rng.integers(0, num_tasks, current.shape), current
+            )
+        tasks[t] = current
+    return tasks
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_per_task_statistics_follow_ids_drawn_again_at_episode_ends(dtype):
+    num_tasks = 4
+    rng = np.random.default_rng(3)
+    terminated = rng.random((60, 16)) < 0.15
+    tasks = redrawn_tasks(terminated, num_tasks)
+    scale = 10.0 ** (2 * tasks)  # tasks' rewards span 1 to 1e6
+    rewards = rng.normal(1.0, 1.0, tasks.shape) * scale
+    expected, stats = keyed_reference(rewards, terminated, tasks, num_tasks)
+    with jax.enable_x64(dtype == "float64"):
+        transform = rn.normalize_reward(GAMMA, num_tasks=num_tasks)
+        outputs, state = run(transform, rewards, terminated, dtype, tasks)
+        var = np.asarray(state.stats.var, np.float64)
+        counts = rn.count_as_int(state.stats)
+    np.testing.assert_allclose(outputs, expected, rtol=TOLERANCE[dtype])
+    np.testing.assert_allclose(var, [s.var for s in stats], rtol=TOLERANCE[dtype])
+    assert counts.tolist() == [round(s.count) for s in stats]
+
+
+def test_a_task_absent_from_a_step_is_unchanged_bit_for_bit():
+    transform = rn.normalize_reward(GAMMA, num_tasks=3)
+    state = rn.set_task(transform.init((4,)), jnp.array([0, 1, 2, 2]))
+    _, state = transform.step(state, jnp.array([1.0, 2.0, 3.0, 4.0]), False, False)
+    before = state.stats
+    state = rn.set_task(state, jnp.array([0, 0, 2, 2]))
+    _, state = transform.step(state, jnp.array([5.0, 6.0, 7.0, 8.0]), False, False)
+    np.testing.assert_array_equal(state.stats.moments[1], before.moments[1])
+    np.testing.assert_array_equal(state.stats.count_words[1], before.count_words[1])
+
+
+def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
+    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    state = transform.init((3,))
+    with pytest.raises(ValueError, match=r"task ids should be in \[0, 2\)"):
+        rn.set_task(state, np.array([0, 2, 1]))
+    with pytest.raises(TypeError, match="task should be integers"):
+        rn.set_task(state, np.array([0.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"task has shape \(2,\); expected \(3,\)"):
+        rn.set_task(state, np.array([0, 1]))
+
+    @jax.jit
+    def step_with(state, task):  # inside jit the ids cannot be checked
+        return transform.step(rn.set_task(state, task), jnp.array([1.0, 2.0, 3.0]), False, False)
+
+    out, bad = step_with(state, jnp.array([0, 5, -1]))
+    _, good = step_with(state, jnp.array([0, 0, 0]))
+    assert np.isfinite(out[0])
+    assert np.isnan(out[1:]).all()
+    assert rn.count_as_int(bad.stats).tolist() == [1, 0]
+    np.testing.assert_array_equal(bad.stats.moments[1], state.stats.moments[1])
+    assert rn.count_as_int(good.stats).tolist() == [3, 0]
+
+
+def test_tasks_need_shared_statistics_and_a_whole_number():
+    with pytest.raises(ValueError, match="num_tasks=3 keeps one set of statistics per task"):
+        rn.normalize_reward(num_tasks=3, shared=False)
+    with pytest.raises(TypeError, match="num_tasks should be an integer"):
+        rn.normalize_reward(num_tasks=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_tasks should be an integer >= 1"):
+        rn.normalize_reward(num_tasks=0)
+    with pytest.raises(ValueError, match="fewer axes than components=2"):
+        rn.normalize_reward(components=2).init((4,))
+    with pytest.raises(ValueError, match="set_task needs the state"):
+        rn.set_task(rn.normalize_reward().init((4,)), np.zeros(4, int))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_non_episodic_return_never_resets(dtype):
+    rewards, terminated = stream(objectives=1)
+    rewards = rewards[:, :, 0]
+    never = np.zeros_like(terminated)
+    with jax.enable_x64(dtype == "float64"):
+        transform = rn.normalize_reward(GAMMA, episodic=False)
+        outputs, state = run(transform, rewards, terminated, dtype)
+        var = float(state.stats.var)
+    expected, returns, rms = reference.normalize_stream(rewards, never, never, gamma=GAMMA)
+    np.testing.assert_allclose(outputs, expected, rtol=TOLERANCE[dtype])
+    np.testing.assert_allclose(np.asarray(state.ret), returns[-1], rtol=TOLERANCE[dtype])
+    np.testing.assert_allclose(var, rms.var, rtol=TOLERANCE[dtype])
+
+
+def test_intrinsic_and_extrinsic_streams_in_one_pytree():
+    # RND: the intrinsic return never resets and keeps statistics of its own.
+    rewards, terminated = stream(objectives=2, seed=5)
+    extrinsic, intrinsic = rewards[:, :, 0], rewards[:, :, 1]
+    never = np.zeros_like(terminated)
+    with jax.enable_x64(True):
+        transforms = {
+            "extrinsic": rn.normalize_reward(GAMMA),
+            "intrinsic": rn.normalize_reward(GAMMA, episodic=False),
+        }
+        states = {name: t.init((rewards.shape[1],)) for name, t in transforms.items()}
+
+        def body(states, inputs):
+            reward, done = inputs
+            outs = {}
+            for name, transform in transforms.items():
+                outs[name], states[name] = transform.step(states[name], reward[name], done, False)
+            return states, outs
+
+        inputs = ({"extrinsic": extrinsic, "intrinsic": intrinsic}, terminated)
+        _, outputs = jax.jit(lambda s, i: jax.lax.scan(body, s, i))(states, inputs)
+    expected_ext, _, _ = reference.normalize_stream(extrinsic, terminated, never, gamma=GAMMA)
+    expected_int, _, _ = reference.normalize_stream(intrinsic, never, never, gamma=GAMMA)
+    np.testing.assert_allclose(outputs["extrinsic"], expected_ext, rtol=1e-10)
+    np.testing.assert_allclose(outputs["intrinsic"], expected_int, rtol=1e-10)
+
+
+def test_flags_per_reward_or_per_environment_agree():
+    rewards, terminated = stream(steps=10)
+    per_reward = np.broadcast_to(terminated[:, :, None], rewards.shape)
+    with jax.enable_x64(True):
+        transform = rn.normalize_reward(GAMMA, components=1)
+        by_env, _ = run(transform, rewards, terminated, "float64")
+        by_reward, _ = run(transform, rewards, per_reward, "float64")
+    np.testing.assert_array_equal(by_env, by_reward)
+    transform = rn.normalize_reward(GAMMA, components=1)
+    with pytest.raises(ValueError, match="a leading part of it"):
+        transform.step(transform.init((6, 3)), jnp.zeros((6, 3)), jnp.zeros(3, bool), False)
