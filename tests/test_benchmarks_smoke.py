@@ -43,12 +43,15 @@ def run_main(module_name, argv, capsys) -> str:
 
 # The frameworks each script compares with: stream.py (and scaling.py, which reuses its
 # streams) Gymnasium's vector wrapper, rollout.py a gymnax environment.
-NEEDS = {"stream": "gymnasium", "rollout": "gymnax", "scaling": "gymnasium"}
+NEEDS = {"stream": "gymnasium", "rollout": "gymnax", "scaling": "gymnasium", "streams": None}
 
 
 @pytest.mark.parametrize(
     "module_name",
-    [pytest.param(name, marks=pytest.mark.requires(module)) for name, module in NEEDS.items()],
+    [
+        pytest.param(name, marks=() if module is None else pytest.mark.requires(module))
+        for name, module in NEEDS.items()
+    ],
 )
 def test_help(module_name, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -101,9 +104,29 @@ def test_rollout(capsys):
 @pytest.mark.requires(NEEDS["scaling"])
 def test_scaling(capsys):
     out = run_main(
-        "scaling", ["--max-envs", "16", "--steps", "20", "--repeats", "2", "--markdown"], capsys
+        "scaling", ["--sizes", "1", "8", "--steps", "20", "--repeats", "2", "--markdown"], capsys
     )
     rows = table_rows(out)
-    assert [row[0] for row in rows] == ["1", "4", "16"]
+    assert [row[0] for row in rows] == ["1", "8"]
     for row in rows:
-        assert_positive_numbers(row[1:])
+        assert_positive_numbers(row[1:3] + row[4:8] + row[9:])
+        kernels = [int(k) for k in row[8].split("/")]
+        assert all(k > 0 for k in kernels), row
+
+
+def test_streams(capsys):
+    out = run_main(
+        "streams", ["--sizes", "64", "--steps", "20", "--repeats", "2", "--markdown"], capsys
+    )
+    rows = table_rows(out)
+    assert [row[1] for row in rows] == [
+        "shared",
+        "tasks 16",
+        "tasks 256",
+        "(N, 3) shared",
+        "(N, 3) each",
+        "dict of 3 each",
+        "intrinsic",
+    ]
+    for row in rows:
+        assert_positive_numbers(row[2:])
