@@ -44,8 +44,8 @@ myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
-# The Brax and Jumanji adapters are documented without their frameworks installed.
-autodoc_mock_imports = ["brax", "jumanji", "mujoco_playground"]
+# The Brax, Jumanji and JaxMARL adapters are documented without their frameworks installed.
+autodoc_mock_imports = ["brax", "jumanji", "jaxmarl", "mujoco_playground"]
 autodoc_typehints = "description"
 # Types for the documented arguments only: a class's fields are documented once, as attributes.
 autodoc_typehints_description_target = "documented"
@@ -79,7 +79,7 @@ def init_signature(app, what, name, obj, options, signature, return_annotation):
 
 
 # Each public module, and the modules besides its own under which api.md documents its exports
-# (the gymnax, Brax and Jumanji adapters share their state functions).
+# (the gymnax, Brax, Jumanji and JaxMARL adapters share their state functions).
 PUBLIC_MODULES = {
     "rewardnorm_jax": (),
     "rewardnorm_jax.gymnax": (),
@@ -87,6 +87,7 @@ PUBLIC_MODULES = {
     "rewardnorm_jax.gymnasium.vector": (),
     "rewardnorm_jax.brax": ("rewardnorm_jax.gymnax",),
     "rewardnorm_jax.jumanji": ("rewardnorm_jax.gymnax",),
+    "rewardnorm_jax.jaxmarl": ("rewardnorm_jax.gymnax",),
 }
 
 

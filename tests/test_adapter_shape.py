@@ -11,8 +11,8 @@ import rewardnorm_jax as rn
 from rewardnorm_jax._src import adapter
 
 ADAPTERS = [
-    pytest.param(name, marks=pytest.mark.requires(name), id=name)
-    for name in ("gymnax", "brax", "jumanji")
+    pytest.param(name, marks=pytest.mark.requires(f"rewardnorm_jax.{name}"), id=name)
+    for name in ("gymnax", "brax", "jumanji", "jaxmarl")
 ]
 HELPERS = ("get_transform_state", "set_transform_state", "set_update_stats", "with_stats_from")
 
@@ -38,6 +38,7 @@ def test_normalize_reward_keeps_its_hyperparameters_and_transform(name):
             "inverted_pendulum", backend="positional"
         ),
         "jumanji": lambda: importlib.import_module("jumanji").make("Snake-v1"),
+        "jaxmarl": lambda: importlib.import_module("jaxmarl").make("MPE_simple_spread_v3"),
     }[name]()
     wrapped = module.NormalizeReward(env, 0.9, 1e-6, semantics="sb3", per_env=True)
     assert (wrapped.gamma, wrapped.epsilon) == (0.9, 1e-6)
@@ -55,6 +56,8 @@ def make_env(name):
     if name == "brax":
         envs = importlib.import_module("brax.envs")
         return envs.get_environment("inverted_pendulum", backend="positional")
+    if name == "jaxmarl":
+        return importlib.import_module("jaxmarl").make("MPE_simple_spread_v3")
     return importlib.import_module("jumanji").make("Snake-v1")
 
 
@@ -125,6 +128,9 @@ def batched_state(name):
     if name == "brax":
         training = importlib.import_module("brax.envs").training
         return jax.eval_shape(module.NormalizeReward(training.wrap(make_env(name), 10)).reset, keys)
+    if name == "jaxmarl":  # IPPO's stack: the wrapper under a named jax.vmap
+        wrapped = module.NormalizeReward(make_env(name), axis_name="envs")
+        return jax.eval_shape(jax.vmap(wrapped.reset, axis_name="envs"), keys)[1]
     batch = importlib.import_module("jumanji.wrappers").VmapAutoResetWrapper(make_env(name))
     return jax.eval_shape(module.NormalizeReward(batch).reset, keys)[0]
 
@@ -133,8 +139,9 @@ def batched_state(name):
 def test_flags_of_another_shape_or_type_are_refused_by_name(name):
     module = importlib.import_module(f"rewardnorm_jax.{name}")
     state = batched_state(name)
-    with pytest.raises(ValueError, match=r"update_stats should have shape \(\), got shape \(4,\)"):
-        module.set_update_stats(state, jnp.ones(4, bool))
+    # under a named jax.vmap (JaxMARL) the state also takes one flag per environment, (4,)
+    with pytest.raises(ValueError, match=r"update_stats should have shape \(\).*got shape \(5,\)"):
+        module.set_update_stats(state, jnp.ones(5, bool))
     with pytest.raises(TypeError, match=r"update_stats should be a boolean flag.*'False'"):
         module.set_update_stats(state, "False")
     frozen = module.set_update_stats(state, np.bool_(False))  # a NumPy bool is a flag

@@ -1,7 +1,7 @@
 """The one shape of every environment adapter: a wrapper that holds a reward transform.
 
 An adapter (``rewardnorm_jax.gymnax``, ``rewardnorm_jax.brax``,
-``rewardnorm_jax.jumanji``) subclasses its suite's wrapper class and
+``rewardnorm_jax.jumanji``, ``rewardnorm_jax.jaxmarl``) subclasses its suite's wrapper class and
 :class:`TransformWrapper`, and keeps only what is its suite's own: reading the
 rewards and episode ends of a step, and where the raw reward is stored. Holding
 the transform, placing its statistics, the reward step, ``NormalizeReward``'s
@@ -9,7 +9,7 @@ construction and the state accessors are written here, once. This module
 imports no environment framework.
 
 The transform state and the freeze flag live either in a
-:class:`RewardWrapperState` around the inner state (gymnax, Jumanji), or under
+:class:`RewardWrapperState` around the inner state (gymnax, Jumanji, JaxMARL), or under
 the keys :data:`TRANSFORM_STATE` and :data:`UPDATE_STATS` of ``state.info``
 (Brax and MuJoCo Playground, whose wrappers share one ``State``). The accessors
 find either, inside any stack of wrappers that nest their inner state in
@@ -37,7 +37,7 @@ RETURN_FIELD = "ret"  # the tracked discounted return in every core transform st
 
 
 class RewardWrapperState(struct.PyTreeNode):
-    """State of a reward-transform wrapper (gymnax, Jumanji): inner and transform state."""
+    """State of a reward-transform wrapper (gymnax, Jumanji, JaxMARL): inner and transform state."""
 
     env_state: PyTree  # the wrapped environment's state
     transform_state: PyTree  # the reward transform's state (statistics, tracked returns)
@@ -93,13 +93,19 @@ class TransformWrapper:
         """The reward transform applied to every reward."""
         return self._transform
 
-    def init_transform_state(self, batch_shape: tuple[int, ...]) -> PyTree:
-        """The transform's initial state for rewards of shape ``batch_shape``.
+    def init_transform_state(
+        self, batch_shape: tuple[int, ...], component_shape: tuple[int, ...] = ()
+    ) -> PyTree:
+        """The transform's initial state for rewards of shape ``batch_shape + component_shape``.
+
+        ``batch_shape`` is the environments' shape; ``component_shape`` the
+        trailing axes of one environment's reward (JaxMARL's agents stacked
+        along an axis), which the placement rules do not count as a batch.
 
         Raises:
           ValueError: as :func:`check_placement` (at the reset, not at the first step).
         """
-        transform_state = self._transform.init(batch_shape)
+        transform_state = self._transform.init(batch_shape + component_shape)
         check_placement(
             type(self).__name__,
             self.batched_example,
@@ -108,6 +114,7 @@ class TransformWrapper:
             batch_shape,
             self._axis_name,
             self._per_env,
+            component_shape=component_shape,
         )
         return transform_state
 
@@ -269,6 +276,8 @@ def check_placement(
     batch_shape: tuple[int, ...],
     axis_name,
     per_env: bool,
+    *,
+    component_shape: tuple[int, ...] = (),
 ) -> None:
     """Refuses, at trace time, statistics placed other than the wrapper says.
 
@@ -288,9 +297,11 @@ def check_placement(
       batched_example: how the suite batches the wrapper (``{}`` is ``wrapper``).
       transform: the wrapper's transform.
       transform_state: its initial state.
-      batch_shape: the shape of the rewards it serves.
+      batch_shape: the environments' shape of the rewards it serves.
       axis_name: the wrapper's ``axis_name``.
       per_env: the wrapper's ``per_env``.
+      component_shape: the trailing axes of one environment's reward (its
+        agents), after ``batch_shape``.
 
     Raises:
       ValueError: for an ``axis_name`` that no enclosing map binds;
@@ -308,7 +319,7 @@ def check_placement(
     if batch_shape != () or not has_statistics(transform_state):
         return
     if axis_name is not None:
-        _check_shared(wrapper, transform, transform_state, axis_name)
+        _check_shared(wrapper, transform, transform_state, axis_name, component_shape)
     elif not (per_env or transform.config.get("shared") is False):
         raise ValueError(
             f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
@@ -321,11 +332,17 @@ def check_placement(
         )
 
 
-def _check_shared(wrapper: str, transform: RewardTransform, transform_state: PyTree, axis_name):
+def _check_shared(
+    wrapper: str,
+    transform: RewardTransform,
+    transform_state: PyTree,
+    axis_name,
+    component_shape: tuple[int, ...],
+):
     """Refuses a transform whose step holds no collective over a name of ``axis_name``."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     sizes = [(name, participants(name)) for name in names]
-    reward = jnp.zeros((), jnp.float32)
+    reward = jnp.zeros(component_shape, jnp.float32)
     step = jax.make_jaxpr(lambda state: transform.step(state, reward, False, False), axis_env=sizes)
     missing = set(names) - _collective_axes(step(transform_state).jaxpr)
     if missing:
