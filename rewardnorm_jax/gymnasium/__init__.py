@@ -32,7 +32,14 @@ from rewardnorm_jax.gymnasium._common import (
 )
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd
 
-__all__ = ["ClipReward", "NormalizeReward", "RunningMeanStd", "TransformReward", "vector"]
+__all__ = [
+    "ClipReward",
+    "NormalizeReward",
+    "ObjectiveStats",
+    "RunningMeanStd",
+    "TransformReward",
+    "vector",
+]
 
 
 class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
