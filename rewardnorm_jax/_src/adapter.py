@@ -16,7 +16,7 @@ find either, inside any stack of wrappers that nest their inner state in
 ``env_state``.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -26,7 +26,7 @@ from flax import struct
 from rewardnorm_jax._src import base
 from rewardnorm_jax._src.base import RewardTransform, check_bool
 from rewardnorm_jax._src.checkpoint import check_values
-from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward
+from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward, set_task
 from rewardnorm_jax._src.running_stats import check_axis_name, participants
 
 PyTree = Any
@@ -135,12 +135,18 @@ class TransformWrapper:
         terminated: jax.Array,
         truncated: jax.Array,
         update_stats: jax.typing.ArrayLike,
+        env_state: Any = None,
     ) -> tuple[jax.Array, PyTree]:
         """``(reward, transform_state)``: the transform's step for one environment step.
 
         Episode ends of one environment spread to all its rewards (per-agent
-        rewards share their step's end), as :func:`align_flag` says.
+        rewards share their step's end), as :func:`align_flag` says. With
+        ``task_of``, each environment's task is read from ``env_state``, the
+        state the step started from (the task its reward belongs to).
         """
+        task_of = getattr(self, "_task_of", None)
+        if task_of is not None:
+            transform_state = set_task(transform_state, task_of(env_state))
         return self._transform.step(
             transform_state,
             reward,
@@ -164,6 +170,7 @@ class NormalizeRewardWrapper(TransformWrapper):
         dtype: Any = None,
         axis_name: Any = None,
         per_env: bool = False,
+        task_of: Callable[[Any], jax.Array] | None = None,
         **options: Any,
     ):
         """Wraps ``env``; the arguments are :func:`~rewardnorm_jax.normalize_reward`'s.
@@ -182,13 +189,29 @@ class NormalizeRewardWrapper(TransformWrapper):
           per_env: for a wrapper serving one environment without ``axis_name``:
             keep statistics of that environment alone (one set per environment
             under an unnamed ``jax.vmap``); ``shared=False`` says the same.
+          task_of: with ``num_tasks=K``, a function of the wrapped
+            environment's state returning each environment's task id (integers
+            in ``[0, K)``, the environments' shape): every step merges each
+            return into its task's statistics (see
+            :func:`~rewardnorm_jax.set_task`).
           **options: further options of :func:`~rewardnorm_jax.normalize_reward`
-            (``decay``, ``shared``, ``g_max``, ``finite_rewards``), passed through.
+            (``decay``, ``shared``, ``g_max``, ``finite_rewards``, ``components``,
+            ``num_tasks``, ``episodic``), passed through.
 
         Raises:
           ValueError: for an invalid hyperparameter (see
-            :func:`~rewardnorm_jax.normalize_reward`).
+            :func:`~rewardnorm_jax.normalize_reward`), or ``task_of`` without
+            ``num_tasks`` (or ``num_tasks`` without ``task_of``).
+          TypeError: if ``task_of`` is not callable.
         """
+        if (task_of is None) != (options.get("num_tasks") is None):
+            raise ValueError(
+                "num_tasks and task_of go together: num_tasks=K keeps one set of statistics "
+                "per task, and task_of(env_state) says each environment's task; got "
+                f"num_tasks={options.get('num_tasks')!r}, task_of={task_of!r}."
+            )
+        if task_of is not None and not callable(task_of):
+            raise TypeError(f"task_of should be a function of the env state, got {task_of!r}.")
         transform = normalize_reward(
             gamma,
             epsilon,
@@ -199,6 +222,7 @@ class NormalizeRewardWrapper(TransformWrapper):
             **options,
         )
         super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
+        self._task_of = task_of
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
 

@@ -93,7 +93,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         done = jnp.asarray(state.done) > 0
         truncated = done & (jnp.asarray(state.info.get(TRUNCATION, False)) > 0)
         reward, transform_state = self.step_reward(
-            transform_state, raw, done & ~truncated, truncated, update_stats
+            transform_state, raw, done & ~truncated, truncated, update_stats, env_state=inner
         )
         return state.replace(
             reward=reward,

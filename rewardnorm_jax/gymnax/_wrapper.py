@@ -208,6 +208,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
             reward,
             *episode_ends(result),
             update_stats & state.update_stats,
+            env_state=state.env_state,
         )
         state = state.replace(env_state=env_state, transform_state=transform_state)
         return (obs, state, reward, *result[3:])

@@ -116,7 +116,12 @@ class RewardTransformWrapper(adapter.TransformWrapper, JaxMARLWrapper):
         raw = jnp.stack([rewards[agent] for agent in agents], axis=-1)
         ended = dones[EPISODE_END]
         reward, transform_state = self.step_reward(
-            state.transform_state, raw, ended, jnp.zeros_like(ended), state.update_stats
+            state.transform_state,
+            raw,
+            ended,
+            jnp.zeros_like(ended),
+            state.update_stats,
+            env_state=state.env_state,
         )
         rewards = {**rewards, **{agent: reward[..., i] for i, agent in enumerate(agents)}}
         state = state.replace(env_state=env_state, transform_state=transform_state)

@@ -89,7 +89,12 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         last = adapter.align_flag("step_type", timestep.last(), raw)
         ended = adapter.align_flag("discount", jnp.asarray(timestep.discount) == 0, raw)
         reward, transform_state = self.step_reward(
-            state.transform_state, raw, last & ended, last & ~ended, state.update_stats
+            state.transform_state,
+            raw,
+            last & ended,
+            last & ~ended,
+            state.update_stats,
+            env_state=state.env_state,
         )
         timestep = dataclasses.replace(
             timestep,
