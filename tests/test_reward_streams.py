@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import rewardnorm_jax as rn
+from rewardnorm_jax._src import running_stats as rs
 from tests import reference
 from tests.reference import RunningMeanStd
 
@@ -226,3 +227,64 @@ def test_flags_per_reward_or_per_environment_agree():
     transform = rn.normalize_reward(GAMMA, components=1)
     with pytest.raises(ValueError, match="a leading part of it"):
         transform.step(transform.init((6, 3)), jnp.zeros((6, 3)), jnp.zeros(3, bool), False)
+
+
+@pytest.mark.parametrize("outlier", [False, True])
+def test_per_task_sums_stay_precise_in_float32(outlier):
+    # Shifted by each task's own mean, the sums keep float32's precision however
+    # far the mean is from 0, and with an outlier among 65536 returns.
+    rng = np.random.default_rng(7)
+    batch = rng.normal(3.0, 1.0, 2**16)
+    if outlier:
+        batch[5] = 1e4
+    keys = rng.integers(0, 2, batch.shape)
+    merged = rs.merge_keyed(
+        rs.init_stats((2,)), jnp.asarray(batch, jnp.float32), None, jnp.asarray(keys)
+    )
+    for key in (0, 1):
+        ref = RunningMeanStd()
+        ref.update(batch[keys == key])
+        np.testing.assert_allclose(float(merged.var[key]), ref.var, rtol=1e-5)
+        np.testing.assert_allclose(float(merged.mean[key]), ref.mean, rtol=1e-5)
+
+
+def test_an_inactive_first_return_is_not_the_shift():
+    # An environment that ended its episode and waits holds a return far from the others.
+    transform = rn.normalize_reward(0.0)  # the return is the reward
+    rng = np.random.default_rng(0)
+    first, second = 1.0 + 0.01 * rng.standard_normal((2, 64))
+    first[0] = 1e4  # environment 0 ends its episode on this step, then waits
+    state = transform.init((64,))
+    _, state = transform.step(state, jnp.asarray(first, jnp.float32), False, False)
+    active = np.arange(64) > 0
+    _, state = transform.step(state, jnp.asarray(second, jnp.float32), False, False, active=active)
+    ref = RunningMeanStd()
+    ref.update(first)
+    ref.update(second[1:])
+    # Shifted by the waiting return, the variance came out 7e4 times too large. What is
+    # left is the first step's: its first entry, the outlier, was its shift (1.4e-5).
+    np.testing.assert_allclose(float(state.stats.var), ref.var, rtol=1e-4)
+    np.testing.assert_allclose(float(state.stats.mean), ref.mean, rtol=1e-5)
+
+
+def test_task_ids_of_any_width_and_from_lists():
+    with jax.enable_x64(True):
+        transform = rn.normalize_reward(GAMMA, num_tasks=2)
+        state = rn.set_task(transform.init((2,)), [1, 0])  # a list of ids
+        assert state.task.tolist() == [1, 0]
+
+        @jax.jit
+        def step(state, task):
+            return transform.step(rn.set_task(state, task), jnp.ones(2), False, False)
+
+        out, state = step(state, jnp.array([2**32 + 1, 0], jnp.int64))  # never wraps to 1
+        assert np.isnan(out[0])
+        assert rn.count_as_int(state.stats).tolist() == [1, 0]
+
+
+def test_a_checkpoint_with_task_ids_outside_the_tasks_is_refused():
+    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    state = transform.init((3,))
+    crafted = state.replace(task=jnp.array([0, 5, 1], jnp.int32))
+    with pytest.raises(ValueError, match=r"task ids in \[0, 2\)"):
+        rn.load_state(state, rn.save_state(crafted))

@@ -78,10 +78,22 @@ def test_the_step_with_tuned_or_plain_sums_matches_the_reference(num_envs, maske
 
         inputs = (jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(active))
         tuned_state, tuned = jax.jit(run)(*inputs)
-        with summation.plain_everywhere():
-            plain_state, plain = jax.jit(run)(*inputs)
+        with summation.plain_everywhere():  # traced anew: a cached trace keeps its sums
+            plain_state, plain = jax.jit(lambda *args: run(*args))(*inputs)
         for state, outputs in ((tuned_state, tuned), (plain_state, plain)):
             np.testing.assert_allclose(outputs, expected, rtol=1e-10, atol=1e-12)
             np.testing.assert_allclose(float(state.stats.mean), rms.mean, rtol=1e-10)
             np.testing.assert_allclose(float(state.stats.var), rms.var, rtol=1e-10)
             assert int(rn.count_as_int(state.stats)) == round(rms.count)
+
+
+def test_plain_everywhere_traces_the_plain_sums():
+    norm = rn.normalize_reward()
+    args = (norm.init((64,)), jnp.ones(64))
+
+    def step():  # a new function each time: JAX caches a function's trace
+        return lambda state, reward: norm.step(state, reward, False, False)
+
+    assert "platform_index" in str(jax.make_jaxpr(step())(*args))  # both forms, by backend
+    with summation.plain_everywhere():
+        assert "platform_index" not in str(jax.make_jaxpr(step())(*args))

@@ -313,8 +313,10 @@ def check_step_shapes(batch_shape: Shape, reward, **flags) -> None:
             "or re-create the state with init(batch_shape=reward.shape)."
         )
     for name, value in flags.items():
+        if value is None:
+            continue
         shape = jnp.shape(value)
-        if value is not None and shape != tuple(batch_shape)[: len(shape)]:
+        if shape != tuple(batch_shape)[: len(shape)]:
             raise ValueError(
                 f"{name} has shape {shape}; expected a scalar, the state's batch_shape "
                 f"{tuple(batch_shape)} or a leading part of it (one flag per environment "

@@ -226,8 +226,16 @@ def check_return(ret, name: str = "ret") -> None:
 
 
 def _check_normalize_reward_state(state: NormalizeRewardState, name: str) -> None:
-    """The return, and the running maximum of ``|G|`` of ``g_max``, in ``[0, +inf]``."""
+    """The return, the running maximum of ``|G|`` of ``g_max`` in ``[0, +inf]``, task ids."""
     check_return(state.ret, f"{name}.ret")
+    if state.task is not None:
+        tasks, num_tasks = np.asarray(state.task), state.stats.mean.shape[0]
+        _refuse_where(
+            f"{name}.task",
+            tasks,
+            (tasks < 0) | (tasks >= num_tasks),
+            f"task ids in [0, {num_tasks})",
+        )
     if state.ret_abs_max is not None:
         values = np.asarray(state.ret_abs_max)
         _refuse_where(

@@ -35,6 +35,7 @@ STATE_HINTS = {
     "stats/decay": "decay",
     "stats/moments": "decay,shared,components,num_tasks,dtype",
     "ret_abs_max": "g_max,shared,components,num_tasks",
+    "stats/count_words": "shared,components,num_tasks",
     "task": "num_tasks,components",
 }
 
@@ -487,8 +488,10 @@ def set_task(state, task) -> NormalizeRewardState:
             "set_task needs the state of a normalize_reward(num_tasks=K) transform, got "
             f"{type(state).__name__}" + (" without tasks." if state is not None else ".")
         )
-    if not jnp.issubdtype(jnp.result_type(task), jnp.integer):
-        raise TypeError(f"task should be integers, got dtype {jnp.result_type(task)}.")
+    if not isinstance(task, jax.Array):
+        task = np.asarray(task)  # a list or tuple of ids
+    if not jnp.issubdtype(task.dtype, jnp.integer):
+        raise TypeError(f"task should be integers, got dtype {task.dtype}.")
     if jnp.shape(task) != state.task.shape:
         raise ValueError(
             f"task has shape {jnp.shape(task)}; expected {state.task.shape}, one task id per "
@@ -503,4 +506,6 @@ def set_task(state, task) -> NormalizeRewardState:
                 f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
                 f"{values[bad].tolist()[:5]} at environments {np.argwhere(bad).tolist()[:5]}."
             )
-    return state.replace(task=jnp.asarray(task, jnp.int32))
+    # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
+    task = jnp.where((task >= 0) & (task < num_tasks), task, -1)
+    return state.replace(task=task.astype(jnp.int32))

@@ -56,6 +56,7 @@ from rewardnorm_jax._src import base, formulas, summation
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
+_KEYED_BLOCK = 1024  # entries per block of the keyed segment sums
 
 
 # Positions along the last axis of ``RunningStats.moments`` and ``.count_words``.
@@ -356,20 +357,23 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
     conditioned however far its mean is from 0 (the classic shifted-data
     algorithm): :math:`|d_i|` is of the order of the batch's spread.
 
-    The first entry is taken, selected or not, when the entries outside
-    ``mask`` are alike the selected ones (``unselected_alike``: a
-    normalizer's returns, where a skipped step's return is still a return),
-    so no search over the batch is needed; a non-finite one falls back to the
-    running mean. Otherwise (they may be NaN, or far off) the first selected
-    entry is searched for (:func:`_first_selected`). Under ``axis_name``
-    every participant takes the largest participant's shift, so that their
-    shifted sums add up.
+    When the entries outside ``mask`` are finite (``unselected_alike``: a
+    normalizer's returns), the first entry is taken if it is selected, so no
+    search over the batch is needed; otherwise the running mean once samples
+    have been merged (an unselected return may be far from the selected ones:
+    an environment that ended its episode and waits), and the first entry
+    before; a non-finite one falls back to the running mean. Otherwise (they may be NaN)
+    the first selected entry is searched for (:func:`_first_selected`). Under
+    ``axis_name`` every participant takes the largest participant's shift, so
+    that their shifted sums add up.
     """
     if math.prod(batch.shape[:num_batch_axes]) == 0:
         return stats.mean
     if mask is None or unselected_alike:
         first = batch[(0,) * num_batch_axes]
         found = jnp.isfinite(first)
+        if mask is not None:
+            found = found & (mask[(0,) * num_batch_axes] | (stats.samples == 0))
     else:
         found, first = _first_selected(batch, mask, num_batch_axes)
     if axis_name is not None:
@@ -467,9 +471,11 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
     ``stats`` holds :math:`K` sets of statistics along its first axis; entry
     :math:`i` of the batch joins set ``keys[i]``. Each set gets the batch's
     sums over its own entries by segment sums (exact when many entries share a
-    key), shifted by its largest selected entry, then the same Chan merge as
-    :func:`merge_stats`. A set with no entry in the batch is unchanged, and an
-    entry whose key is outside :math:`[0, K)` joins no set.
+    key), shifted by the mean of its entries (summed in a first pass, so the
+    deviations are of the order of the set's spread whatever its mean), then
+    the same Chan merge as :func:`merge_stats`. A set with no entry in the
+    batch is unchanged, and an entry whose key is outside :math:`[0, K)`
+    joins no set.
 
     Args:
       stats: statistics of shape ``(K, *S)``.
@@ -491,17 +497,25 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
     selected = jnp.broadcast_to(selected, batch.shape)
     if mask is not None:
         selected = selected & mask.reshape(batch.shape)
-    # The largest selected entry of each set is one of its values: the sums stay
-    # well conditioned however far the set's mean is from 0.
-    largest = jax.ops.segment_max(
-        jnp.where(selected, batch, -jnp.inf), keys, num_keys, indices_are_sorted=False
-    )
+    blocks = -(-entries // _KEYED_BLOCK)
+    # Each block of entries is summed apart: a scatter-add accumulates serially.
+    blocked_keys = keys + num_keys * (jnp.arange(entries) // _KEYED_BLOCK)
+    blocked_keys = jnp.where(inside, blocked_keys, num_keys * blocks)  # dropped by the scatter
+
+    def segment_totals(terms):
+        sums = jax.ops.segment_sum(terms, blocked_keys, num_keys * blocks)
+        return jnp.sum(sums.reshape(blocks, num_keys, *terms.shape[1:]), axis=0)
+
+    selected_values = jnp.where(selected, batch, 0.0)
+    first_pass = segment_totals(jnp.stack([selected_values, selected.astype(batch.dtype)], axis=1))
     if axis_name is not None:
-        largest = jax.lax.pmax(largest, axis_name)
-    shift = jnp.where(largest > -jnp.inf, largest, stats.mean)
+        first_pass = jax.lax.psum(first_pass, axis_name)
+    total, count = first_pass[:, 0], first_pass[:, 1]
+    shift = jnp.where(count > 0, total / jnp.maximum(count, 1.0), stats.mean)
+    shift = jnp.where(jnp.isfinite(shift), shift, stats.mean)  # a sum past the dtype's range
     deviation = jnp.where(selected, batch - shift[jnp.where(inside, keys, 0)], 0.0)
     terms = jnp.stack([deviation, deviation * deviation, selected.astype(batch.dtype)], axis=1)
-    sums = jnp.moveaxis(jax.ops.segment_sum(terms, keys, num_keys), 1, 0)
+    sums = jnp.moveaxis(segment_totals(terms), 1, 0)
     count_increment = None
     if not _float_count_is_exact(batch, 1, axis_name):
         count_increment = jax.ops.segment_sum(selected.astype(jnp.uint32), keys, num_keys)

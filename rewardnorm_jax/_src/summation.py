@@ -75,9 +75,12 @@ _PLAIN_EVERYWHERE = contextvars.ContextVar("plain_everywhere", default=False)
 def plain_everywhere():
     """Within it, merges traced on XLA:CPU use :func:`plain_sums` too (to compare the two).
 
+    It acts when a function is traced: a function that ``jax.jit`` traced
+    before keeps its compiled sums, so compare functions traced anew inside.
+
     Example:
       >>> with plain_everywhere():
-      ...     step = jax.jit(transform.step)  # doctest: +SKIP
+      ...     step = jax.jit(lambda *args: transform.step(*args))  # doctest: +SKIP
     """
     token = _PLAIN_EVERYWHERE.set(True)
     try:
