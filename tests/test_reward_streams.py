@@ -271,7 +271,7 @@ def test_task_ids_of_any_width_and_from_lists():
     with jax.enable_x64(True):
         transform = rn.normalize_reward(GAMMA, num_tasks=2)
         state = rn.set_task(transform.init((2,)), [1, 0])  # a list of ids
-        assert state.task.tolist() == [1, 0]
+        assert np.asarray(state.task).tolist() == [1, 0]
 
         @jax.jit
         def step(state, task):
