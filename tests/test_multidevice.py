@@ -189,6 +189,6 @@ def test_per_task_statistics_merge_across_devices(runs, dtype, parts):
     row = runs["matrix"][f"keyed/{dtype}/{parts}"]
     assert row["identical"], row
     assert row["count"] == row["reference_count"], row
-    assert sum(row["count"]) == 48 * 24 * 2, row  # every step, environment and objective
+    assert np.sum(row["count"]) == 48 * 24 * 2, row  # every step, environment and objective
     assert row["stats"] <= TOLERANCE[dtype], row
     assert row["rewards"] <= TOLERANCE[dtype], row
