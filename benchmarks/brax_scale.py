@@ -93,33 +93,27 @@ COMMON = {
     "normalize_observations": True,
 }
 
+
+def _brax_task(name: str, timesteps: int) -> Task:
+    """A Brax pendulum task: Brax's learner's default scale, one PPO configuration."""
+    return Task(
+        load=functools.partial(_brax_env, name),
+        config_scaling=10.0,
+        config_source="brax/training/learner.py --reward_scaling default",
+        timesteps=timesteps,
+        ppo={
+            **COMMON,
+            "episode_length": 200,
+            "learning_rate": 3e-3,
+            "entropy_cost": 1e-2,
+            "discounting": 0.97,
+        },
+    )
+
+
 TASKS = {
-    "inverted_double_pendulum": Task(
-        load=functools.partial(_brax_env, "inverted_double_pendulum"),
-        config_scaling=10.0,
-        config_source="brax/training/learner.py --reward_scaling default",
-        timesteps=50_000,
-        ppo={
-            **COMMON,
-            "episode_length": 200,
-            "learning_rate": 3e-3,
-            "entropy_cost": 1e-2,
-            "discounting": 0.97,
-        },
-    ),
-    "inverted_pendulum": Task(
-        load=functools.partial(_brax_env, "inverted_pendulum"),
-        config_scaling=10.0,
-        config_source="brax/training/learner.py --reward_scaling default",
-        timesteps=30_000,
-        ppo={
-            **COMMON,
-            "episode_length": 200,
-            "learning_rate": 3e-3,
-            "entropy_cost": 1e-2,
-            "discounting": 0.97,
-        },
-    ),
+    "inverted_double_pendulum": _brax_task("inverted_double_pendulum", 50_000),
+    "inverted_pendulum": _brax_task("inverted_pendulum", 30_000),
     "CartpoleBalance": Task(
         load=functools.partial(_playground_env, "CartpoleBalance"),
         config_scaling=10.0,  # checked against Playground's config at run time

@@ -5,6 +5,8 @@ Gymnasium's ``NormalizeReward``, Stable-Baselines3's ``VecNormalize`` (reward
 part) and PureJaxRL's ``NormalizeVecReward``.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -312,6 +314,8 @@ def normalize_reward(
     shared = base.check_bool("shared", shared)  # a truthy string would silently share
     finite_rewards = base.check_bool("finite_rewards", finite_rewards)
     episodic = base.check_bool("episodic", episodic)
+    if not episodic:  # the flags are still checked, and end no return
+        semantics = dataclasses.replace(semantics, reset_before="never", reset_after="never")
     components = base.check_count("components", components, minimum=0)
     num_tasks = None if num_tasks is None else base.check_count("num_tasks", num_tasks, minimum=1)
     if num_tasks is not None and not shared:
@@ -398,11 +402,6 @@ def normalize_reward(
     def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
         checked_batch_shape(state)
         rs.participants(axis_name)  # an unbound axis_name is named before any collective
-        if not episodic:  # the flags are checked, but never end the return
-            base.check_step_inputs(
-                state.ret.shape, reward, terminated=terminated, truncated=truncated
-            )
-            terminated = truncated = False
         reward, ret, (stats, ret_abs_max) = checked_return_step(
             state.ret,
             (state.stats, state.ret_abs_max),
