@@ -385,7 +385,7 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
 def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
     """The statistics with a batch, given by its shifted sums, added (elementwise).
 
-    ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.summation.shifted_sums`,
+    ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.summation.merge_sums`,
     totals over every participant). The batch's moments
     (:func:`~rewardnorm_jax._src.formulas.moments_from_shifted_sums`) join the
     statistics by :func:`~rewardnorm_jax._src.formulas.add_batch_moments`, after
@@ -514,15 +514,15 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
     shift = jnp.where(count > 0, total / jnp.maximum(count, 1.0), stats.mean)
     shift = jnp.where(jnp.isfinite(shift), shift, stats.mean)  # a sum past the dtype's range
     deviation = jnp.where(selected, batch - shift[jnp.where(inside, keys, 0)], 0.0)
-    terms = jnp.stack([deviation, deviation * deviation, selected.astype(batch.dtype)], axis=1)
-    sums = jnp.moveaxis(segment_totals(terms), 1, 0)
+    squares = segment_totals(jnp.stack([deviation, deviation * deviation], axis=1))
     count_increment = None
     if not _float_count_is_exact(batch, 1, axis_name):
         count_increment = jax.ops.segment_sum(selected.astype(jnp.uint32), keys, num_keys)
     if axis_name is not None:
-        sums = jax.lax.psum(sums, axis_name)
+        squares = jax.lax.psum(squares, axis_name)
         if count_increment is not None:
             count_increment = jax.lax.psum(count_increment, axis_name)
+    sums = jnp.stack([squares[:, 0], squares[:, 1], count])  # the count of the first pass
     return _add_shifted_sums(stats, sums, shift, count_increment)
 
 
