@@ -2,8 +2,8 @@
 
 Reward normalization (running statistics of the discounted return), clipping,
 scaling and arbitrary transforms as pure ``init`` / ``update`` / ``normalize`` /
-``step`` functions over immutable state pytrees. Everything works under
-``jax.jit``, ``jax.vmap`` and ``lax.scan``.
+``step`` functions over immutable state pytrees, and PopArt for value targets.
+Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
 The public API is what this module exports; ``rewardnorm_jax._src`` is not API.
 Adapters, each an extra that alone imports its framework:
@@ -23,6 +23,7 @@ from rewardnorm_jax._src.percentile import (
     percentile_scale_reward,
     update_percentiles,
 )
+from rewardnorm_jax._src.popart import PopArt, PopArtState, popart, preserve_outputs
 from rewardnorm_jax._src.replay import normalize_sampled
 from rewardnorm_jax._src.running_stats import (
     PRIOR_COUNT,
@@ -56,6 +57,8 @@ __all__ = [
     "NormalizeRewardState",
     "PercentileScaleRewardState",
     "PercentileState",
+    "PopArt",
+    "PopArtState",
     "RewardTransform",
     "RunningStats",
     "Semantics",
@@ -71,6 +74,8 @@ __all__ = [
     "normalize_sampled",
     "percentile_scale",
     "percentile_scale_reward",
+    "popart",
+    "preserve_outputs",
     "save_state",
     "scale_reward",
     "set_task",

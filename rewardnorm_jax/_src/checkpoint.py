@@ -325,6 +325,20 @@ def _with_added_fields(saved, expected):
     return filled
 
 
+# Static fields added after format version 2 began, at the values older states held.
+_ADDED_STATIC = {"step_size": None}  # RunningStats: cumulative or exponential moving
+
+
+def _with_added_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
+    """Saved static fields with those added since (``RunningStats.step_size``) filled in."""
+    filled = dict(saved)
+    for path in expected:
+        name = path.rsplit("/", 1)[-1]
+        if name in _ADDED_STATIC and path not in saved:
+            filled[path] = _ADDED_STATIC[name]
+    return filled
+
+
 def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serializes a transform state (any pytree of arrays) to msgpack bytes.
 
@@ -427,7 +441,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     saved = _with_added_fields(saved, expected)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
-    differences += _compare("static field", record["static"], _static_fields(template))
+    template_static = _static_fields(template)
+    saved_static = _with_added_static(record["static"], template_static)
+    differences += _compare("static field", saved_static, template_static)
     if metadata is not None:
         differences += _compare("metadata", record["metadata"], _check_metadata(metadata))
     if differences:

@@ -77,15 +77,25 @@ class RunningStats(struct.PyTreeNode):
     moments: jax.Array
     count_words: jax.Array  # (*shape, 2) uint32: high and low word of the sample count
     decay: float | None = struct.field(pytree_node=False, default=None)  # static
+    step_size: float | None = struct.field(pytree_node=False, default=None)  # static
 
     @classmethod
     def from_parts(
-        cls, mean, mean_low, m2, m2_low, count_hi, count_lo, weight=None, decay=None
+        cls,
+        mean,
+        mean_low,
+        m2,
+        m2_low,
+        count_hi,
+        count_lo,
+        weight=None,
+        decay=None,
+        step_size=None,
     ) -> "RunningStats":
         """Packs the statistics' quantities (arrays of one shape) into the layout."""
         floats = [mean, mean_low, m2, m2_low] + ([] if weight is None else [weight])
         words = [jnp.asarray(count_hi, jnp.uint32), jnp.asarray(count_lo, jnp.uint32)]
-        return cls(jnp.stack(floats, axis=-1), jnp.stack(words, axis=-1), decay)
+        return cls(jnp.stack(floats, axis=-1), jnp.stack(words, axis=-1), decay, step_size)
 
     @property
     def mean(self) -> jax.Array:
@@ -134,13 +144,16 @@ class RunningStats(struct.PyTreeNode):
 
     @property
     def total_weight(self) -> jax.Array:
-        """The weight :math:`n` of the statistics, prior included: the variance's divisor.
+        r"""The weight :math:`n` of the statistics, prior included: the variance's divisor.
 
         ``samples + PRIOR_COUNT`` for cumulative statistics; the discounted
-        weight ``weight`` (:math:`W`) for exponential moving statistics.
+        weight ``weight`` (:math:`W`) for exponential moving statistics;
+        :math:`1 / \alpha` for fixed-step statistics.
         """
         if self.decay is not None:
             return self.moments[..., _WEIGHT]
+        if self.step_size is not None:
+            return jnp.full(self.mean.shape, 1.0 / self.step_size, self.mean.dtype)
         return self.samples + PRIOR_COUNT
 
     @property
@@ -148,7 +161,7 @@ class RunningStats(struct.PyTreeNode):
         """Alias of :attr:`total_weight`, the name Gymnasium's ``RunningMeanStd`` uses.
 
         A count (``samples + 1e-4``) for cumulative statistics only: with
-        ``decay`` it is the discounted weight, not a number of samples.
+        ``decay`` or ``step_size`` it is a weight, not a number of samples.
         """
         return self.total_weight
 
@@ -204,7 +217,23 @@ def check_decay(decay, dtype) -> float | None:
     return float(decay)
 
 
-def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> RunningStats:
+def check_step_size(step_size, dtype) -> float | None:
+    """Validates the step size of fixed-step statistics kept in ``dtype``."""
+    if step_size is None:
+        return None
+    # step_size 0 (or one that rounds to 0 in dtype) never learns; above 1 one
+    # sample would outweigh everything, the past taking a negative weight.
+    step_size = base.check_positive("step_size", step_size, dtype)
+    if step_size > 1.0:
+        raise ValueError(
+            f"step_size should be in the interval (0, 1] or None, got step_size={step_size!r}."
+        )
+    return step_size
+
+
+def init_stats(
+    shape: base.ShapeLike = (), dtype=None, *, decay=None, step_size=None
+) -> RunningStats:
     r"""Statistics of the prior alone: mean 0, variance 1, count 1e-4.
 
     Args:
@@ -214,10 +243,15 @@ def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> Running
         Gymnasium's ``RunningMeanStd``), or :math:`\beta \in [0, 1)` for
         exponential moving statistics that discount older updates by
         :math:`\beta` each update (see :func:`merge_stats`).
+      step_size: ``None``, or :math:`\alpha \in (0, 1]` for fixed-step
+        statistics, where every sample weighs :math:`\alpha` within a total
+        weight of 1 (rlax's PopArt; see :func:`merge_stats`). The prior then
+        weighs the whole: mean 0 and variance 1, as rlax's ``PopArtState``
+        starts.
 
     Raises:
-      ValueError: for a dtype other than float32 / float64, or a decay outside
-        [0, 1).
+      ValueError: for a dtype other than float32 / float64, a decay outside
+        [0, 1), a step size outside (0, 1], or both a decay and a step size.
 
     Example:
       >>> stats = init_stats()
@@ -227,17 +261,25 @@ def init_stats(shape: base.ShapeLike = (), dtype=None, *, decay=None) -> Running
     shape = base.check_batch_shape(shape, "shape")
     dtype = check_dtype(dtype)
     decay = check_decay(decay, dtype)
+    step_size = check_step_size(step_size, dtype)
+    if decay is not None and step_size is not None:
+        raise ValueError(
+            f"decay={decay!r} and step_size={step_size!r}: exponential moving statistics "
+            "(decay) and fixed-step ones (step_size) weigh samples two ways; choose one."
+        )
+    prior_weight = PRIOR_COUNT if step_size is None else 1.0 / step_size
     zeros = jnp.zeros(shape, dtype)
     words = jnp.zeros(shape, jnp.uint32)
     return RunningStats.from_parts(
         mean=zeros,
         mean_low=zeros,
-        m2=jnp.full(shape, PRIOR_COUNT, dtype),
+        m2=jnp.full(shape, prior_weight, dtype),  # variance 1
         m2_low=zeros,
         count_hi=words,
         count_lo=words,
         weight=None if decay is None else jnp.full(shape, PRIOR_COUNT, dtype),
         decay=decay,
+        step_size=step_size,
     )
 
 
@@ -332,6 +374,28 @@ def make_reduce(num_batch_axes: int, axis_name=None):
     return reduce
 
 
+def check_share(stats: RunningStats, entries: int) -> None:
+    r"""Raises unless ``entries`` samples per update fit fixed-step statistics.
+
+    A batch of :math:`n_b` samples takes the share :math:`n_b \alpha`; above
+    1 the past would take a negative weight and the update overshoot (rlax's
+    PopArt then oscillates and diverges). The bound holds for the number of
+    samples one set may receive, so for keyed statistics it is the whole
+    batch: every entry may carry one key.
+
+    Raises:
+      ValueError: naming the step size, the samples and the largest step size
+        that fits.
+    """
+    if stats.step_size is not None and entries * stats.step_size > 1.0:
+        raise ValueError(
+            f"step_size={stats.step_size!r} with {entries} samples per update gives the batch "
+            f"the share {entries * stats.step_size:.4g} > 1 of the statistics, and the past a "
+            "negative weight (the update overshoots and can diverge): use "
+            f"step_size <= 1/{entries} = {1 / entries:.4g}, or fewer samples per update."
+        )
+
+
 def _first_of_pair(a, b):
     return a[0] | b[0], jnp.where(a[0], a[1], b[1])
 
@@ -404,6 +468,12 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
         decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
         weight, m2, m2_low = decay * weight, decay * m2, decay * m2_low
+    if stats.step_size is not None:  # the past keeps 1 - n_b * step_size of the whole
+        # M minus the batch's share of it, compensated: a rounded 1 - share would
+        # bias M by its rounding error at every update, compounding.
+        taken = (batch_count * stats.step_size).astype(stats.mean.dtype)
+        m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -taken * m2)
+        weight = weight - batch_count
     mean, mean_low, m2, m2_low = formulas.add_batch_moments(
         jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
     )
@@ -419,6 +489,7 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         count_lo=count_lo,
         weight=None if stats.decay is None else weight + batch_count,
         decay=stats.decay,
+        step_size=stats.step_size,
     )
 
 
@@ -441,6 +512,7 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
     participants(axis_name)  # before the first collective
+    check_share(stats, _entries(batch, num_batch_axes, axis_name))
     shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
     entries = _entries(batch, num_batch_axes, axis_name)
     count_increment = None
@@ -488,8 +560,8 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
       The merged statistics.
     """
     num_keys, stats_shape = stats.mean.shape[0], stats.mean.shape[1:]
-    participants(axis_name)  # before the first collective
     entries = math.prod(keys.shape)
+    check_share(stats, entries * participants(axis_name))  # before the first collective
     keys = keys.reshape(entries)
     batch = batch.reshape(entries, *stats_shape)
     inside = (keys >= 0) & (keys < num_keys)
@@ -562,6 +634,16 @@ def merge_stats(
     of samples converges to :math:`n_b / (1 - \beta)`; the variance then
     tracks the last :math:`\approx 1 / (1 - \beta)` updates.
 
+    Fixed-step statistics (``stats.step_size`` :math:`= \alpha`): each sample
+    weighs :math:`\alpha` of a whole that stays 1, so the past is scaled by
+    :math:`1 - n_b \alpha` and the same merge runs with the weight
+    :math:`1 / \alpha - n_b` for the past. The mean and the second moment
+    :math:`\nu = \sigma^2 + \mu^2` then follow rlax's PopArt exactly:
+
+    .. math::
+      \mu' = \mu + \alpha \sum_i (x_i - \mu), \qquad
+      \nu' = \nu + \alpha \sum_i (x_i^2 - \nu)
+
     Args:
       stats: current statistics, of shape ``S``.
       batch: values of shape ``(*B, *S)``; the leading axes ``B`` are reduced.
@@ -576,8 +658,9 @@ def merge_stats(
 
     Raises:
       ValueError: if the batch's trailing axes are not the statistics' shape,
-        the mask's shape differs from the batch's, or no enclosing map binds
-        ``axis_name``.
+        the mask's shape differs from the batch's, no enclosing map binds
+        ``axis_name``, or fixed-step statistics would give the batch a share
+        above 1 (:func:`check_share`).
       TypeError: for a batch that is not real numbers (complex ones included)
         or a mask that is not numbers.
 
