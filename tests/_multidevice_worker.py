@@ -430,6 +430,62 @@ def keyed(dtype_name: str) -> dict:
     return results
 
 
+def popart_runs() -> dict:
+    """PopArt's per-task statistics and rescaled head under ``shard_map`` on 2 and 8 devices.
+
+    Each step, the 24 environments' value targets (3 tasks, scales 1 to 100)
+    update the statistics across the devices, and the head's last layer is
+    rescaled; against the same updates of all 24 targets on one device.
+    """
+    rng = np.random.default_rng(5)
+    tasks = rng.integers(0, 3, (STEPS, PADDED_ENVS)).astype(np.int32)
+    targets = (rng.normal(1.0, 1.0, (STEPS, PADDED_ENVS)) * 10.0**tasks).astype(np.float32)
+    layer = {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "bias": jnp.zeros(3)}
+
+    def run(axis_name, layer, targets, tasks):
+        popart = rn.popart(1e-3, num_tasks=3, axis_name=axis_name)
+
+        def body(carry, xs):
+            layer, state = popart.step(*carry, *xs)
+            return (layer, state), None
+
+        (layer, state), _ = jax.lax.scan(body, (layer, popart.init()), (targets, tasks))
+        return layer, state
+
+    ref_layer, ref_state = jax.jit(partial(run, None))(layer, targets, tasks)
+    results = {}
+    for parts in (2, 8):
+        mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+
+        def local(layer, targets, tasks):
+            return jax.tree.map(lambda leaf: leaf[None], run("device", layer, targets, tasks))
+
+        fn = jax.jit(
+            jax.shard_map(
+                local,
+                mesh=mesh,
+                in_specs=(P(), P(None, "device"), P(None, "device")),
+                out_specs=P("device"),
+            )
+        )
+        got_layer, got_state = jax.tree.map(np.asarray, fn(layer, targets, tasks))
+        results[f"popart/float32/{parts}"] = {
+            "identical": all(
+                bool(np.all(x == x[:1])) for x in jax.tree.leaves((got_layer, got_state))
+            ),
+            "count": rn.count_as_int(jax.tree.map(lambda x: x[0], got_state.stats)).tolist(),
+            "reference_count": rn.count_as_int(ref_state.stats).tolist(),
+            "stats": max(
+                deviation(got_state.shift[0], ref_state.shift),
+                deviation(got_state.scale[0], ref_state.scale),
+            ),
+            "layer": max(
+                deviation(got_layer[name][0], ref_layer[name]) for name in ("kernel", "bias")
+            ),
+        }
+    return results
+
+
 def matrix(dtype_name: str) -> dict:
     """Every run against the single-device reference, keyed ``mode/config/dtype/devices``."""
     results = {}
@@ -518,6 +574,7 @@ if __name__ == "__main__":
             "gymnax": gymnax_runs,
             "large_batch": lambda: {"large_batch/float32/8": large_batch()},
             "keyed": lambda: keyed("float32") | keyed("float64"),
+            "popart": popart_runs,
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

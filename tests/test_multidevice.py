@@ -9,8 +9,8 @@ single CPU device untouched:
   float64 in the other, run the same masked reward stream through ``vmap`` with
   ``axis_name``, ``pmap``, ``shard_map`` and ``jit`` over
   ``NamedSharding``-sharded inputs on 1, 2, 4 and 8 devices, plus two named
-  axes at once, a per-environment ``vmap``, the gymnax adapter and one update
-  past float32's exact count;
+  axes at once, a per-environment ``vmap``, the gymnax adapter, one update
+  past float32's exact count and PopArt's per-task statistics;
 * two processes with 2 CPU devices each join through
   ``jax.distributed.initialize`` on a localhost coordinator and ``shard_map``
   over all 4 devices.
@@ -83,7 +83,7 @@ def _result(proc: subprocess.Popen) -> dict:
 def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
-        _start("matrix", "float32", devices=8),
+        _start("matrix", "float32", "popart", devices=8),
         _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", devices=8),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
@@ -192,3 +192,15 @@ def test_per_task_statistics_merge_across_devices(runs, dtype, parts):
     assert np.sum(row["count"]) == 48 * 24 * 2, row  # every step, environment and objective
     assert row["stats"] <= TOLERANCE[dtype], row
     assert row["rewards"] <= TOLERANCE[dtype], row
+
+
+@pytest.mark.parametrize("parts", [2, 8])
+def test_popart_merges_across_devices(runs, parts):
+    # rn.popart(1e-3, num_tasks=3, axis_name="device").step in a scan inside shard_map: the
+    # statistics and the rescaled head are identical on every device and equal one device's.
+    row = runs["matrix"][f"popart/float32/{parts}"]
+    assert row["identical"], row
+    assert row["count"] == row["reference_count"], row
+    assert np.sum(row["count"]) == 48 * 24, row
+    assert row["stats"] <= TOLERANCE["float32"], row
+    assert row["layer"] <= TOLERANCE["float32"], row
