@@ -302,7 +302,7 @@ def test_checkpoint_round_trip_and_refusal_by_name():
 )
 def test_bad_hyperparameters_name_the_parameter(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
-        rn.popart(**kwargs)
+        rn.popart(**{"step_size": 0.1, **kwargs})
 
 
 def test_bad_inputs_name_what_is_wrong():
@@ -346,3 +346,57 @@ def test_old_checkpoints_without_step_size_load_as_before():
     old = serialization.msgpack_serialize({**envelope, "body": body, "crc32": zlib.crc32(body)})
     restored = rn.load_state(norm.init((2,)), old, norm.config)
     np.testing.assert_array_equal(restored.stats.moments, state.stats.moments)
+
+
+def test_non_finite_targets_are_left_out():
+    pa = rn.popart(0.1)
+    state = pa.update(pa.init(), jnp.array([1.0, jnp.nan, 3.0, jnp.inf, -jnp.inf]))
+    expected = pa.update(pa.init(), jnp.array([1.0, 3.0]))
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), state, expected))
+    assert rn.count_as_int(state.stats) == 2
+
+
+def test_saturated_statistics_stay_finite_in_the_scale():
+    """Targets past the fixed-step range saturate M at +inf: the scale is scale_ub, not NaN."""
+    pa = rn.popart(0.01, scale_ub=1e30)
+    spread = np.random.default_rng(9).normal(0.0, 3e18, 100).astype(np.float32)
+    state = pa.update(pa.update(pa.init(), spread), spread)
+    assert float(state.scale) == np.float32(1e30)
+    assert np.isfinite(float(state.shift))
+
+
+def test_bounds_hold_where_their_squares_leave_the_dtype():
+    tiny, huge = rn.popart(1.0, scale_lb=1e-20), rn.popart(0.5, scale_ub=1e30)
+    assert float(tiny.update(tiny.init(), jnp.array([7.0])).scale) == np.float32(1e-20)
+    wide = huge.update(huge.init(), jnp.array([-1e18, 1e18]) * 0.5)
+    np.testing.assert_allclose(wide.scale, 5e17, rtol=1e-6)
+
+
+def test_a_float32_step_size_of_one_third_fits_three_targets():
+    pa = rn.popart(np.float32(1 / 3))
+    state = pa.update(pa.init(), jnp.array([3.0, 6.0, 9.0]))
+    np.testing.assert_allclose(state.shift, 6.0, rtol=1e-6)
+
+
+def test_layers_that_do_not_fit_the_statistics_are_refused():
+    pa = rn.popart(0.1, num_tasks=3)
+    old = pa.init()
+    new = pa.update(old, jnp.arange(3.0), jnp.arange(3))
+    with pytest.raises(ValueError, match=r"kernel \(4, 1\) and bias \(1,\); with num_tasks=3"):
+        rn.preserve_outputs({"kernel": jnp.ones((4, 1)), "bias": jnp.zeros(1)}, old, new)
+    with pytest.raises(TypeError, match=r"layer\['kernel'\] has dtype int32"):
+        layer = {"kernel": jnp.ones((4, 3), jnp.int32), "bias": jnp.ones(3, jnp.int32)}
+        rn.preserve_outputs(layer, old, new)
+
+
+def test_no_gradient_reaches_the_statistics_through_normalize():
+    pa = rn.popart(0.1)
+    state = pa.update(pa.init(), jnp.array([5.0, 9.0]))
+
+    def loss(state, prediction):
+        return jnp.sum(jnp.square(prediction - pa.normalize(state, jnp.array([7.0]))))
+
+    grad = jax.grad(loss, argnums=(0, 1), allow_int=True)
+    state_grad, prediction_grad = grad(state, jnp.array([0.5]))
+    assert float(jnp.max(jnp.abs(state_grad.stats.moments))) == 0.0
+    assert float(prediction_grad[0]) != 0.0

@@ -333,8 +333,9 @@ def _with_added_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[
     """Saved static fields with those added since (``RunningStats.step_size``) filled in."""
     filled = dict(saved)
     for path in expected:
-        name = path.rsplit("/", 1)[-1]
-        if name in _ADDED_STATIC and path not in saved:
+        prefix, _, name = path.rpartition("/")
+        of_stats = (f"{prefix}/" if prefix else "") + "decay" in expected  # a RunningStats
+        if name in _ADDED_STATIC and of_stats and path not in saved:
             filled[path] = _ADDED_STATIC[name]
     return filled
 

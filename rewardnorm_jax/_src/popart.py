@@ -56,7 +56,8 @@ class PopArtState(struct.PyTreeNode):
     @property
     def scale(self) -> jax.Array:
         r"""The targets' running standard deviation, bounded: :math:`\sigma \in [lb, ub]`."""
-        return jnp.sqrt(jnp.clip(self.stats.var, self.scale_lb**2, self.scale_ub**2))
+        # Clipped after the square root: lb**2 may be subnormal (flushed to 0), ub**2 inf.
+        return jnp.clip(jnp.sqrt(self.stats.var), self.scale_lb, self.scale_ub)
 
     @property
     def second_moment(self) -> jax.Array:
@@ -160,7 +161,7 @@ def _check_bounds(scale_lb, scale_ub, dtype) -> tuple[float, float]:
 
 
 def popart(
-    step_size: base.Real | None = 3e-3,
+    step_size: base.Real | None,
     *,
     scale_lb: base.Real = 1e-5,
     scale_ub: base.Real = 1e5,
@@ -184,7 +185,14 @@ def popart(
     statistics instead (every target weighs the same, with the exact count of
     :func:`~rewardnorm_jax.init_stats`). The variance is kept as a sum of
     squared deviations, not as :math:`\nu - \mu^2`, so it loses no digits when
-    the targets' mean is large against their spread.
+    the targets' mean is large against their spread; with a step size its
+    range is then :math:`\alpha` times the dtype's (float32: a spread up to
+    about :math:`\sqrt{\alpha}\, 10^{19}`; past it the scale saturates at
+    ``scale_ub``, never NaN).
+
+    Non-finite targets (NaN, inf) are left out of the statistics, as
+    :func:`~rewardnorm_jax.normalize_reward` leaves non-finite rewards out;
+    check targets upstream to fail fast instead.
 
     Where it goes in a loss (the value head outputs normalized values ``v``)::
 
@@ -197,10 +205,12 @@ def popart(
 
     Args:
       step_size: :math:`\alpha \in (0, 1]`, each target's weight (rlax's
-        ``step_size``), or ``None`` for cumulative statistics. A batch takes
-        the share :math:`n_b \alpha` of the statistics, which must be at most 1:
+        ``step_size``; its example uses 3e-3 with one target per update), or
+        ``None`` for cumulative statistics. A batch takes the share
+        :math:`n_b \alpha` of the statistics, which must be at most 1:
         ``step_size`` times the targets per update (over every participant of
-        ``axis_name``) may not exceed 1.
+        ``axis_name``) may not exceed 1, so scale it with the batch (PPO with
+        2048 targets per update: ``step_size`` at most 1/2048).
       scale_lb: lower bound of the scale, > 0 (rlax's ``scale_lb``).
       scale_ub: upper bound of the scale, >= ``scale_lb`` (``inf`` for none).
       num_tasks: ``None`` for one set of statistics, or the number :math:`K`
@@ -278,17 +288,20 @@ def popart(
         check_state(state)
         targets = checked_targets("targets", targets)
         task = checked_task(targets, task)
-        mask = checked_mask(mask, targets.shape, update_stats)
+        mask = checked_mask(mask, targets.shape, update_stats) & jnp.isfinite(targets)
         if task is None:
-            batch = targets.reshape(-1)
-            flat_mask = None if mask is None else mask.reshape(-1)
-            stats = rs.merge_checked(state.stats, batch, flat_mask, axis_name=axis_name)
+            batch, mask = targets.reshape(-1), mask.reshape(-1)
+            stats = rs.merge_checked(state.stats, batch, mask, axis_name=axis_name)
         else:
             stats = rs.merge_keyed(state.stats, targets, mask, task, axis_name=axis_name)
         return state.replace(stats=jax.lax.stop_gradient(stats))
 
     def per_target(values, task):
-        """Values of the statistics' shape as each target sees them (NaN for a bad id)."""
+        """Values of the statistics' shape as each target sees them (NaN for a bad id).
+
+        No gradient reaches the statistics through them: only ``update`` moves them.
+        """
+        values = jax.lax.stop_gradient(values)
         if task is None:
             return values
         inside = (task >= 0) & (task < num_tasks)
@@ -322,7 +335,7 @@ def popart(
 
 
 def checked_mask(mask, shape, update_stats):
-    """The mask of targets to learn, ``update_stats`` folded in; ``None`` for all."""
+    """The mask of targets to learn, ``update_stats`` folded in."""
     base.check_flag("update_stats", update_stats)
     if jnp.shape(update_stats) != ():
         raise ValueError(
@@ -332,10 +345,8 @@ def checked_mask(mask, shape, update_stats):
         mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != shape:
             raise ValueError(f"mask has shape {mask.shape}; expected {shape}, the targets' shape.")
-    if update_stats is True:
-        return mask
-    frozen = jnp.asarray(update_stats, bool)
-    return jnp.broadcast_to(frozen, shape) if mask is None else mask & frozen
+    selected = jnp.asarray(update_stats, bool)
+    return selected if mask is None else mask & selected
 
 
 def check_task(task, shape, num_tasks: int, *, broadcast: bool = False) -> jax.Array:
@@ -371,6 +382,24 @@ def check_task(task, shape, num_tasks: int, *, broadcast: bool = False) -> jax.A
     return jnp.where((task >= 0) & (task < num_tasks), task, -1).astype(jnp.int32)
 
 
+def _check_layer(layer, stats_shape) -> None:
+    """Raises unless the layer's parameters are real and its outputs fit the statistics."""
+    (kernel,) = jax.tree.leaves(layer["kernel"])
+    (bias,) = jax.tree.leaves(layer["bias"])
+    for name, value in (("kernel", kernel), ("bias", bias)):
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            raise TypeError(
+                f"layer[{name!r}] has dtype {value.dtype}; rescaling needs floating parameters."
+            )
+    outputs = kernel.shape[-1:] if kernel.ndim else ()
+    if stats_shape and not (outputs == stats_shape and bias.shape == stats_shape):
+        raise ValueError(
+            f"layer has kernel {kernel.shape} and bias {bias.shape}; with num_tasks="
+            f"{stats_shape[0]} its outputs must be the tasks: kernel (inputs, {stats_shape[0]}) "
+            f"and bias ({stats_shape[0]},)."
+        )
+
+
 def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
     r"""The value head's last layer rescaled so its unnormalized outputs stay the same (POP).
 
@@ -396,7 +425,9 @@ def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
 
     Raises:
       ValueError: for a layer without ``kernel`` and ``bias`` (a ``Dense``
-        without a bias cannot absorb the shift), or states of other shapes.
+        without a bias cannot absorb the shift), states of other shapes, or a
+        layer whose outputs are not the ``num_tasks`` tasks of the statistics.
+      TypeError: for parameters that are not floating point.
 
     Example:
       >>> pa = popart(step_size=0.1)
@@ -424,6 +455,7 @@ def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
             f"old and new PopArt states have statistics of shapes {old.stats.mean.shape} and "
             f"{new.stats.mean.shape}: pass the states before and after one update."
         )
+    _check_layer(layer, old.stats.mean.shape)
     ratio = old.scale / new.scale
     offset = (old.shift - new.shift) / new.scale
 

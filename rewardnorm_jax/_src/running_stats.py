@@ -247,7 +247,9 @@ def init_stats(
         statistics, where every sample weighs :math:`\alpha` within a total
         weight of 1 (rlax's PopArt; see :func:`merge_stats`). The prior then
         weighs the whole: mean 0 and variance 1, as rlax's ``PopArtState``
-        starts.
+        starts. :math:`M` is the variance over :math:`\alpha`, so the
+        variance's range shrinks by the factor :math:`\alpha` (float32: a
+        spread up to about :math:`\sqrt{\alpha}\, 10^{19}`).
 
     Raises:
       ValueError: for a dtype other than float32 / float64, a decay outside
@@ -387,10 +389,12 @@ def check_share(stats: RunningStats, entries: int) -> None:
       ValueError: naming the step size, the samples and the largest step size
         that fits.
     """
-    if stats.step_size is not None and entries * stats.step_size > 1.0:
+    # A share within the dtype's rounding of 1 (a float32 step size of 1/n) fits.
+    tolerance = float(jnp.finfo(stats.mean.dtype).eps)
+    if stats.step_size is not None and entries * stats.step_size > 1.0 + tolerance:
         raise ValueError(
             f"step_size={stats.step_size!r} with {entries} samples per update gives the batch "
-            f"the share {entries * stats.step_size:.4g} > 1 of the statistics, and the past a "
+            f"the share {entries * stats.step_size:.6g} > 1 of the statistics, and the past a "
             "negative weight (the update overshoots and can diverge): use "
             f"step_size <= 1/{entries} = {1 / entries:.4g}, or fewer samples per update."
         )
@@ -472,7 +476,8 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         # M minus the batch's share of it, compensated: a rounded 1 - share would
         # bias M by its rounding error at every update, compounding.
         taken = (batch_count * stats.step_size).astype(stats.mean.dtype)
-        m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -taken * m2)
+        decrement = jnp.where(m2 < jnp.inf, taken * m2, 0.0)  # a saturated M stays +inf
+        m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -decrement)
         weight = weight - batch_count
     mean, mean_low, m2, m2_low = formulas.add_batch_moments(
         jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
