@@ -384,8 +384,8 @@ def test_layers_that_do_not_fit_the_statistics_are_refused():
     new = pa.update(old, jnp.arange(3.0), jnp.arange(3))
     with pytest.raises(ValueError, match=r"kernel \(4, 1\) and bias \(1,\); with num_tasks=3"):
         rn.preserve_outputs({"kernel": jnp.ones((4, 1)), "bias": jnp.zeros(1)}, old, new)
+    layer = {"kernel": jnp.ones((4, 3), jnp.int32), "bias": jnp.ones(3, jnp.int32)}
     with pytest.raises(TypeError, match=r"layer\['kernel'\] has dtype int32"):
-        layer = {"kernel": jnp.ones((4, 3), jnp.int32), "bias": jnp.ones(3, jnp.int32)}
         rn.preserve_outputs(layer, old, new)
 
 
