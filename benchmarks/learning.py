@@ -1,14 +1,18 @@
 """Which reward transform, when: small agents trained on a CPU with each reward transform.
 
-Every case below trains one agent with each reward transform, for ``--seeds``
-seeds vmapped inside one jitted program per (case, transform), and evaluates
-the greedy policy at ``num_evals`` evenly spaced points of training on fresh
-environments, summing the environment's own rewards (never the transformed
-ones). It prints, per case and transform, the final evaluation return, the mean
-of the learning curve (its area divided by its length) and the training steps
-until the evaluation return first reaches the case's threshold, each over
-seeds; and it writes the learning curves (a panel per case, a line per
-transform, a band of one standard deviation over seeds) to ``--plot``.
+Every case below trains one agent with each reward transform, its seeds
+vmapped inside one jitted program per (case, transform) (seed ``i`` starts from
+the same network and environments under every transform), and evaluates the
+greedy policy at 20 evenly spaced points of training on fresh environments,
+summing the environment's own rewards (never the transformed ones). It prints,
+per case and transform, the mean ± std over seeds of the final evaluation
+return and of the learning curve's mean (its area divided by its length), and
+the training steps until the evaluation return first reaches the case's
+threshold (mean over the seeds that reach it); it writes the learning curves (a
+panel per case, a line per transform, one standard deviation over seeds shaded,
+within the seeds' range) to ``--plot``, and prints the command, the versions and
+the wall time of every case. Seeds: 20 for Catch (a run takes a second), 10 for
+DeepSea (a run either finds the reward or never does), 5 for the others.
 
 Transforms (``import rewardnorm_jax as rn``):
 
@@ -40,20 +44,24 @@ Cases:
    (``rewardnorm_jax.examples.ppo.PENDULUM``: 16 environments, 204,800 steps).
 3. ``deepsea``: PPO on bsuite DeepSea (gymnax ``DeepSea-bsuite``, size 10): a reward of 1
    for reaching the bottom-right corner, a cost of 0.001 per step to the right, nothing
-   else; PureJaxRL's CartPole settings (``PPOConfig()``), 4 environments.
+   else; PureJaxRL's CartPole settings (``PPOConfig()``), 4 environments, 122,880 steps.
 4. ``growing``: PPO on gymnax ``CartPole-v1`` (PureJaxRL's settings) whose reward is
    multiplied by a factor growing geometrically from 1 to 1000 over the run (a
-   :class:`ScaleReward` wrapper); evaluation returns are in CartPole's unscaled units.
+   :class:`ScaleReward` wrapper), 491,520 steps; evaluation returns are in CartPole's
+   unscaled units. The statistics of ``normalize_reward`` and ``popart`` lag the scale.
 
 PPO's PopArt learns from each update's ``num_envs * num_steps`` targets at once, with
 step size ``POPART_PPO_RATE / (num_envs * num_steps)`` per target.
 
 Usage (from the repository root; ``pip install -e ".[demo]"``)::
 
-    python -m benchmarks.learning --markdown          # the recorded run: 5 seeds
-    python -m benchmarks.learning --full --markdown   # 10 seeds, 2.5x longer PPO runs
-    python -m benchmarks.learning --smoke             # tiny runs, 2 seeds (CI)
+    python -m benchmarks.learning --markdown          # the recorded run (about 10 min on 2 cores)
+    python -m benchmarks.learning --full --markdown   # twice the seeds, 2.5x longer PPO runs
+    python -m benchmarks.learning --smoke             # tiny runs, 2 seeds (CI; 24 compilations)
     python -m benchmarks.learning --cases catch --transforms none popart --seeds 3
+
+The recorded run writes ``docs/_static/learning.png``; ``--plot PATH`` elsewhere, ``--plot ''``
+none (``--smoke`` writes none unless given a path).
 """
 
 import argparse
@@ -82,7 +90,7 @@ from rewardnorm_jax.examples import ppo
 
 PACKAGES = ("jax", "jaxlib", "gymnax", "flax", "optax")
 TRANSFORMS = ("none", "normalize_reward", "clip", "symlog", "percentile", "popart")
-FAST_COMPILE = {"xla_backend_optimization_level": 0}  # --smoke: compile fast, run slowly
+FAST_COMPILE: dict[str, str | bool] = {"xla_backend_optimization_level": "0"}  # --smoke
 POPART_PPO_RATE = 0.1  # PPO: PopArt's step size times the targets of one update
 PPO_VALUE_HEAD = "Dense_5"  # ppo.ActorCritic's last value layer
 Q_HEAD = "Dense_1"  # QNetwork's last layer
@@ -111,7 +119,7 @@ def reward_transform(name: str, gamma: float) -> rn.RewardTransform:
 class Critic(NamedTuple):
     """How a critic's outputs map to returns: PopArt-normalized (``popart``) or as they are."""
 
-    popart: Any  # rn.popart(...), or None for a critic that outputs returns
+    popart: rn.PopArt | None  # None: a critic that outputs returns
     head: str  # the name of the critic's last Dense layer in the parameters
 
     def init(self) -> Any:
