@@ -454,6 +454,49 @@ def as_flag(value, batch_shape: Shape, name: str) -> jax.Array:
     return jnp.broadcast_to(flag, batch_shape)
 
 
+def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool = False):
+    """Task ids checked, as int32; ``-1`` for an id outside ``[0, K)`` under ``jit``.
+
+    Args:
+      task: integer ids, one per ``per`` (an environment, a target) of ``shape``;
+        with ``broadcast``, any shape that broadcasts to it (``jnp.arange(K)``).
+      shape: the shape the ids must have.
+      num_tasks: :math:`K`.
+      per: what each id belongs to, for the messages.
+      broadcast: whether a shape that broadcasts to ``shape`` fits.
+
+    Raises:
+      TypeError: for ids that are not integers.
+      ValueError: for ids of another shape, or (when their values are known,
+        outside ``jit``) an id outside ``[0, K)``, named with its position.
+    """
+    if not isinstance(task, jax.Array):
+        task = np.asarray(task)  # a list or tuple of ids
+    if not jnp.issubdtype(task.dtype, jnp.integer):
+        raise TypeError(f"task should be integers, got dtype {task.dtype}.")
+    fits = jnp.shape(task) == shape
+    if broadcast and not fits:
+        try:
+            fits = np.broadcast_shapes(jnp.shape(task), shape) == shape
+        except ValueError:
+            fits = False
+    if not fits:
+        raise ValueError(
+            f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}"
+            + (" (or a shape that broadcasts to it)." if broadcast else ".")
+        )
+    if not isinstance(task, jax.core.Tracer):
+        values = np.asarray(task)
+        bad = (values < 0) | (values >= num_tasks)
+        if bad.any():
+            raise ValueError(
+                f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
+                f"{values[bad].tolist()[:5]} at {per}s {np.argwhere(bad).tolist()[:5]}."
+            )
+    # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
+    return jnp.where((task >= 0) & (task < num_tasks), task, -1).astype(jnp.int32)
+
+
 def check_count(name: str, value, *, minimum: int) -> int:
     """An integer hyperparameter (a number of axes, of tasks) as a Python int >= ``minimum``.
 

@@ -487,24 +487,5 @@ def set_task(state, task) -> NormalizeRewardState:
             "set_task needs the state of a normalize_reward(num_tasks=K) transform, got "
             f"{type(state).__name__}" + (" without tasks." if state is not None else ".")
         )
-    if not isinstance(task, jax.Array):
-        task = np.asarray(task)  # a list or tuple of ids
-    if not jnp.issubdtype(task.dtype, jnp.integer):
-        raise TypeError(f"task should be integers, got dtype {task.dtype}.")
-    if jnp.shape(task) != state.task.shape:
-        raise ValueError(
-            f"task has shape {jnp.shape(task)}; expected {state.task.shape}, one task id per "
-            "environment."
-        )
-    num_tasks = state.stats.mean.shape[0]
-    if not isinstance(task, jax.core.Tracer):
-        values = np.asarray(task)
-        bad = (values < 0) | (values >= num_tasks)
-        if bad.any():
-            raise ValueError(
-                f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
-                f"{values[bad].tolist()[:5]} at environments {np.argwhere(bad).tolist()[:5]}."
-            )
-    # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
-    task = jnp.where((task >= 0) & (task < num_tasks), task, -1)
-    return state.replace(task=task.astype(jnp.int32))
+    task = base.check_task(task, state.task.shape, state.stats.mean.shape[0], "environment")
+    return state.replace(task=task)

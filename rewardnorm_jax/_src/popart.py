@@ -30,7 +30,6 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from rewardnorm_jax._src import base
@@ -279,7 +278,7 @@ def popart(
             return None
         if task is None:
             raise ValueError(f"popart(num_tasks={num_tasks}) needs each target's task.")
-        return check_task(task, jnp.shape(targets), num_tasks, broadcast=broadcast)
+        return base.check_task(task, jnp.shape(targets), num_tasks, "target", broadcast=broadcast)
 
     def checked_targets(name, targets):
         return jnp.asarray(base.check_reward(name, targets), dtype)
@@ -347,39 +346,6 @@ def checked_mask(mask, shape, update_stats):
             raise ValueError(f"mask has shape {mask.shape}; expected {shape}, the targets' shape.")
     selected = jnp.asarray(update_stats, bool)
     return selected if mask is None else mask & selected
-
-
-def check_task(task, shape, num_tasks: int, *, broadcast: bool = False) -> jax.Array:
-    """Task ids as int32; ids outside ``[0, K)`` refused where known, else -1.
-
-    The ids have ``shape``, one per target, or with ``broadcast`` any shape
-    that broadcasts to it (``jnp.arange(K)`` for the ``K`` outputs of a head).
-    """
-    if not isinstance(task, jax.Array):
-        task = np.asarray(task)
-    if not jnp.issubdtype(task.dtype, jnp.integer):
-        raise TypeError(f"task should be integers, got dtype {task.dtype}.")
-    fits = jnp.shape(task) == shape
-    if broadcast and not fits:
-        try:
-            fits = np.broadcast_shapes(jnp.shape(task), shape) == shape
-        except ValueError:
-            fits = False
-    if not fits:
-        raise ValueError(
-            f"task has shape {jnp.shape(task)}; expected {shape}, one per target"
-            + (" (or a shape that broadcasts to it)." if broadcast else ".")
-        )
-    if not isinstance(task, jax.core.Tracer):
-        values = np.asarray(task)
-        bad = (values < 0) | (values >= num_tasks)
-        if bad.any():
-            raise ValueError(
-                f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
-                f"{values[bad].tolist()[:5]}."
-            )
-    # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
-    return jnp.where((task >= 0) & (task < num_tasks), task, -1).astype(jnp.int32)
 
 
 def _check_layer(layer, stats_shape) -> None:
