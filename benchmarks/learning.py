@@ -55,7 +55,7 @@ step size ``POPART_PPO_RATE / (num_envs * num_steps)`` per target.
 
 Usage (from the repository root; ``pip install -e ".[demo]"``)::
 
-    python -m benchmarks.learning --markdown          # the recorded run (about 10 min on 2 cores)
+    python -m benchmarks.learning --markdown          # the recorded run (about 7 min on 2 cores)
     python -m benchmarks.learning --full --markdown   # twice the seeds, 2.5x longer PPO runs
     python -m benchmarks.learning --smoke             # tiny runs, 2 seeds (CI; 24 compilations)
     python -m benchmarks.learning --cases catch --transforms none popart --seeds 3
@@ -272,7 +272,7 @@ def make_evaluate(case: Case, act: Callable[[Any, jax.Array], jax.Array]):
 
         def step(carry, key):
             obs, state, total, running = carry
-            action = act(agent_params, ppo._flat(obs))
+            action = act(agent_params, ppo.flat(obs))
             keys = jax.random.split(key, case.eval_envs)
             obs, state, reward, terminated, truncated, _ = batch.step(keys, state, action, params)
             total = total + jnp.where(running, reward, 0.0)
@@ -326,10 +326,8 @@ def make_q_learning(case: Case, transform: str):
     def init(key):
         net_key, env_key, key = jax.random.split(key, 3)
         obs, env_state = env.env.reset(jax.random.split(env_key, 1), env.params)
-        params = network.init(net_key, ppo._flat(obs))
-        return QRunner(
-            params, optimizer.init(params), critic.init(), env_state, ppo._flat(obs), key
-        )
+        params = network.init(net_key, ppo.flat(obs))
+        return QRunner(params, optimizer.init(params), critic.init(), env_state, ppo.flat(obs), key)
 
     def loss(params, obs, action, target):
         q = jnp.take_along_axis(q_values(params, obs), action[:, None], -1)[:, 0]
@@ -345,14 +343,14 @@ def make_q_learning(case: Case, transform: str):
             jax.random.split(step_key, 1), runner.env_state, action, env.params
         )
         # TD target in return units from the outputs before the update, as rlax.
-        q_next = q_values(runner.params, ppo._flat(info["final_observation"]))
+        q_next = q_values(runner.params, ppo.flat(info["final_observation"]))
         q_next = critic.unnormalize(runner.popart, q_next).max(-1)
         target = reward + config.gamma * (1.0 - terminated) * q_next
         params, popart = critic.learn(runner.params, runner.popart, target)
         grads = jax.grad(loss)(params, runner.obs, action, critic.normalize(popart, target))
         updates, opt_state = optimizer.update(grads, runner.opt_state, params)
         params = optax.apply_updates(params, updates)
-        runner = QRunner(params, opt_state, popart, env_state, ppo._flat(obs), key)
+        runner = QRunner(params, opt_state, popart, env_state, ppo.flat(obs), key)
         return runner, None
 
     def chunk(runner: QRunner, _):
@@ -381,78 +379,23 @@ def _greedy(env: ppo.Environment, policy) -> jax.Array:
     return jnp.clip(policy[0], env.space.low, env.space.high)
 
 
-def _gae(config: ppo.PPOConfig, traj: ppo.Transition, value, last_value, final_value):
-    """``(advantages, targets)``; a truncated episode bootstraps from its final observation."""
-    next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)
-    next_value = jnp.where(traj.done, final_value, next_value)
-    delta = traj.reward + config.gamma * (1.0 - traj.terminated) * next_value - value
-    decay = config.gamma * config.gae_lambda * (1.0 - traj.done)
-
-    def backward(advantage, inputs):
-        advantage = inputs[0] + inputs[1] * advantage
-        return advantage, advantage
-
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(last_value), (delta, decay), reverse=True)
-    return advantages, advantages + value
-
-
-def _ppo_loss(config: ppo.PPOConfig, network, discrete: bool, params, batch) -> jax.Array:
-    """PPO's clipped loss; values, old values and targets in the critic's units."""
-    obs, action, old_log_prob, old_value, advantages, targets = batch
-    policy, value = network.apply(params, obs)
-    value_clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
-    value_loss = 0.5 * jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2).mean()
-    ratio = jnp.exp(ppo._log_prob(discrete, policy, action) - old_log_prob)
-    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-    clipped = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
-    policy_loss = -jnp.minimum(ratio * advantages, clipped * advantages).mean()
-    entropy = ppo._entropy(discrete, policy).mean()
-    return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-
-
-def _epochs(config: ppo.PPOConfig, optimizer, grad_fn, params, opt_state, batch, key, lr_scale):
-    """``update_epochs`` passes over shuffled minibatches of ``batch``."""
-    size = config.batch_size
-    minibatch = size // config.num_minibatches
-
-    def epoch(carry, key):
-        perm = jax.random.permutation(key, size)
-        minibatches = jax.tree.map(
-            lambda x: x.reshape((size, *x.shape[2:]))[perm].reshape(
-                (config.num_minibatches, minibatch, *x.shape[2:])
-            ),
-            batch,
-        )
-
-        def update(carry, minibatch):
-            params, opt_state = carry
-            updates, opt_state = optimizer.update(grad_fn(params, minibatch), opt_state, params)
-            updates = jax.tree.map(lambda u: lr_scale * u, updates)
-            return (optax.apply_updates(params, updates), opt_state), None
-
-        return jax.lax.scan(update, carry, minibatches)[0], None
-
-    keys = jax.random.split(key, config.update_epochs)
-    return jax.lax.scan(epoch, (params, opt_state), keys)[0]
-
-
 def make_ppo(case: Case, transform: str):
     """``(init(key) -> runner, train(runner) -> evaluation curve)`` for one seed."""
     config = case.agent
     assert isinstance(config, ppo.PPOConfig)
     env = make_env(case, transform)
-    network, optimizer = ppo._agent(config, env)
+    network, optimizer = ppo.agent(config, env)
     critic = make_critic(transform, PPO_VALUE_HEAD, POPART_PPO_RATE / config.batch_size)
     evaluate = make_evaluate(case, lambda params, obs: _greedy(env, network.apply(params, obs)[0]))
-    env_step = functools.partial(ppo._env_step, env, network, greedy=False, update_stats=True)
-    grad_fn = jax.grad(functools.partial(_ppo_loss, config, network, env.discrete))
+    env_step = functools.partial(ppo.act_and_step, env, network, greedy=False, update_stats=True)
+    grad_fn = jax.grad(functools.partial(ppo.ppo_loss, config, network, env.discrete))
     updates_per_eval = config.num_updates // case.num_evals
 
     def init(key):
         key, net_key, env_key = jax.random.split(key, 3)
         obs, env_state = env.env.reset(jax.random.split(env_key, config.num_envs), env.params)
-        params = network.init(net_key, ppo._flat(obs))
-        runner = ppo.Runner(params, optimizer.init(params), env_state, ppo._flat(obs), key)
+        params = network.init(net_key, ppo.flat(obs))
+        runner = ppo.Runner(params, optimizer.init(params), env_state, ppo.flat(obs), key)
         return PPORunner(runner, critic.init())
 
     def rollout(runner: ppo.Runner, _):
@@ -466,14 +409,13 @@ def make_ppo(case: Case, transform: str):
         value = returns(traj.value)
         last_value = returns(network.apply(runner.params, runner.obs)[1])
         final_value = returns(network.apply(runner.params, traj.final_obs)[1])
-        advantages, targets = _gae(config, traj, value, last_value, final_value)
+        advantages, targets = ppo.gae(config, traj, value, last_value, final_value)
         params, popart = critic.learn(runner.params, carry.popart, targets)
         old_value, targets = critic.normalize(popart, value), critic.normalize(popart, targets)
         batch = (traj.obs, traj.action, traj.log_prob, old_value, advantages, targets)
         key, epoch_key = jax.random.split(runner.key)
-        lr_scale = 1.0 - index / config.num_updates
-        params, opt_state = _epochs(
-            config, optimizer, grad_fn, params, runner.opt_state, batch, epoch_key, lr_scale
+        params, opt_state = ppo.update_epochs(
+            config, optimizer, grad_fn, (params, runner.opt_state), batch, epoch_key, index
         )
         runner = runner.replace(params=params, opt_state=opt_state, key=key)
         return PPORunner(runner, popart), None
@@ -685,7 +627,7 @@ def plot(cases: dict[str, Case], results: dict[str, dict[str, Result]], path: st
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--full", action="store_true", help="10 seeds, 2.5x longer PPO runs")
+    size.add_argument("--full", action="store_true", help="twice the seeds, 2.5x longer PPO runs")
     size.add_argument("--smoke", action="store_true", help="tiny runs, 2 seeds (CI)")
     parser.add_argument("--cases", nargs="+", choices=list(make_cases("smoke")), default=None)
     parser.add_argument("--transforms", nargs="+", choices=TRANSFORMS, default=list(TRANSFORMS))

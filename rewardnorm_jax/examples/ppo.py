@@ -155,7 +155,8 @@ def make_env(config: PPOConfig) -> Environment:
     return Environment(wrapped, params, space, isinstance(space, spaces.Discrete))
 
 
-def _flat(obs):
+def flat(obs):
+    """Observations as ``(num_envs, features)`` float32 rows."""
     return obs.reshape(obs.shape[0], -1).astype(jnp.float32)
 
 
@@ -182,7 +183,7 @@ class Transition(NamedTuple):
     final_obs: jax.Array  # the last observation of an episode that ended on this step
 
 
-def _agent(config: PPOConfig, env: Environment):
+def agent(config: PPOConfig, env: Environment):
     """The network and the optimizer: Adam after clipping the gradients' global norm."""
     action_dim = env.space.n if env.discrete else int(np.prod(env.space.shape))
     network = ActorCritic(action_dim, env.discrete, config.hidden_size)
@@ -190,7 +191,7 @@ def _agent(config: PPOConfig, env: Environment):
     return network, optax.chain(clip, optax.adam(config.learning_rate, eps=1e-5))
 
 
-def _env_step(env: Environment, network, params, obs, state, key, *, greedy, update_stats):
+def act_and_step(env: Environment, network, params, obs, state, key, *, greedy, update_stats):
     """Acts with the policy and steps the environments: ``(next_obs, state, transition)``."""
     act_key, step_key = jax.random.split(key)
     policy, value = network.apply(params, obs)
@@ -207,23 +208,103 @@ def _env_step(env: Environment, network, params, obs, state, key, *, greedy, upd
         keys, state, clipped, env.params, update_stats
     )
     log_prob = _log_prob(env.discrete, policy, action)
-    done, final_obs = terminated | truncated, _flat(info["final_observation"])
+    done, final_obs = terminated | truncated, flat(info["final_observation"])
     transition = Transition(obs, action, log_prob, value, reward, terminated, done, final_obs)
-    return _flat(next_obs), state, transition
+    return flat(next_obs), state, transition
 
 
 def make_init(config: PPOConfig):
     """``init(key) -> Runner``: a fresh agent, optimizer, environments and reward transform."""
     env = make_env(config)  # built outside the trace: some gymnax constructors branch on arrays
-    network, optimizer = _agent(config, env)
+    network, optimizer = agent(config, env)
 
     def init(key):
         key, net_key, env_key = jax.random.split(key, 3)
         obs, env_state = env.env.reset(jax.random.split(env_key, config.num_envs), env.params)
-        params = network.init(net_key, _flat(obs))
-        return Runner(params, optimizer.init(params), env_state, _flat(obs), key)
+        params = network.init(net_key, flat(obs))
+        return Runner(params, optimizer.init(params), env_state, flat(obs), key)
 
     return init
+
+
+def gae(config: PPOConfig, traj: "Transition", value, last_value, final_value):
+    """``(advantages, targets)`` by generalised advantage estimation over a rollout.
+
+    ``value``, ``last_value`` (after the rollout) and ``final_value`` (of each
+    step's final observation) are in the units of the rewards. An episode cut
+    by the time limit (truncated, not terminated) is bootstrapped with the
+    value of its final observation.
+    """
+    next_value = jnp.concatenate([value[1:], last_value[None]], axis=0)
+    next_value = jnp.where(traj.done, final_value, next_value)
+    delta = traj.reward + config.gamma * (1.0 - traj.terminated) * next_value - value
+    decay = config.gamma * config.gae_lambda * (1.0 - traj.done)
+
+    def backward(advantage, delta_decay):
+        advantage = delta_decay[0] + delta_decay[1] * advantage
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backward, jnp.zeros_like(last_value), (delta, decay), reverse=True)
+    return advantages, advantages + value
+
+
+def ppo_loss(config: PPOConfig, network, discrete: bool, params, minibatch) -> jax.Array:
+    """PPO's clipped loss of ``(obs, action, old_log_prob, old_value, advantages, targets)``.
+
+    The value head's outputs, ``old_value`` and ``targets`` are in one unit (the
+    rewards', or a normalized one such as PopArt's).
+    """
+    obs, action, old_log_prob, old_value, advantages, targets = minibatch
+    policy, value = network.apply(params, obs)
+    log_prob = _log_prob(discrete, policy, action)
+    value_clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
+    value_losses = jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2)
+    value_loss = 0.5 * value_losses.mean()
+    ratio = jnp.exp(log_prob - old_log_prob)
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    policy_loss = -jnp.minimum(
+        ratio * advantages,
+        jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * advantages,
+    ).mean()
+    entropy = _entropy(discrete, policy).mean()
+    return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+
+
+def update_epochs(config: PPOConfig, optimizer, grad_fn, agent, batch, key, index):
+    """``(params, opt_state)`` after ``update_epochs`` passes over shuffled minibatches.
+
+    ``agent`` is ``(params, opt_state)``, ``batch`` a tuple of ``(num_steps,
+    num_envs, ...)`` arrays, ``grad_fn(params, minibatch)`` the gradient of the
+    loss. The learning rate falls linearly to 0 over the run (``index`` is the
+    update's number), scaling Adam's step, so a restored optimizer carries on.
+    """
+    minibatch_size = config.batch_size // config.num_minibatches
+    lr_scale = 1.0 - index / config.num_updates
+
+    def update_epoch(carry, _):
+        params, opt_state, key = carry
+        key, perm_key = jax.random.split(key)
+        perm = jax.random.permutation(perm_key, config.batch_size)
+        minibatches = jax.tree.map(
+            lambda x: x.reshape((config.batch_size, *x.shape[2:]))[perm].reshape(
+                (config.num_minibatches, minibatch_size, *x.shape[2:])
+            ),
+            batch,
+        )
+
+        def update_minibatch(carry, minibatch):
+            params, opt_state = carry
+            updates, opt_state = optimizer.update(grad_fn(params, minibatch), opt_state, params)
+            updates = jax.tree.map(lambda u: lr_scale * u, updates)
+            return (optax.apply_updates(params, updates), opt_state), None
+
+        (params, opt_state), _ = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
+        return (params, opt_state, key), None
+
+    (params, opt_state, _), _ = jax.lax.scan(
+        update_epoch, (*agent, key), None, config.update_epochs
+    )
+    return params, opt_state
 
 
 def make_train(config: PPOConfig, num_updates: int | None = None):
@@ -236,26 +317,12 @@ def make_train(config: PPOConfig, num_updates: int | None = None):
     completed episode after update ``u`` (NaN until one has completed).
     """
     env = make_env(config)
-    network, optimizer = _agent(config, env)
+    network, optimizer = agent(config, env)
     num_updates = config.num_updates if num_updates is None else num_updates
-    minibatch_size = config.batch_size // config.num_minibatches
 
-    def loss_fn(params, obs, action, old_log_prob, old_value, advantages, targets):
-        policy, value = network.apply(params, obs)
-        log_prob = _log_prob(env.discrete, policy, action)
-        value_clipped = old_value + jnp.clip(value - old_value, -config.clip_eps, config.clip_eps)
-        value_losses = jnp.maximum((value - targets) ** 2, (value_clipped - targets) ** 2)
-        value_loss = 0.5 * value_losses.mean()
-        ratio = jnp.exp(log_prob - old_log_prob)
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = -jnp.minimum(
-            ratio * advantages,
-            jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps) * advantages,
-        ).mean()
-        entropy = _entropy(env.discrete, policy).mean()
-        return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    grad_fn = jax.grad(functools.partial(ppo_loss, config, network, env.discrete))
 
-    env_step = functools.partial(_env_step, env, network, greedy=False, update_stats=True)
+    env_step = functools.partial(act_and_step, env, network, greedy=False, update_stats=True)
 
     def update(runner: Runner, index):
         # COLLECT TRAJECTORIES
@@ -266,53 +333,16 @@ def make_train(config: PPOConfig, num_updates: int | None = None):
 
         runner, traj = jax.lax.scan(step, runner, None, config.num_steps)
 
-        # CALCULATE ADVANTAGES (GAE); an episode cut by the time limit (truncated, not
-        # terminated) is bootstrapped with the value of its final observation.
+        # CALCULATE ADVANTAGES (GAE)
         _, last_value = network.apply(runner.params, runner.obs)
         _, final_value = network.apply(runner.params, traj.final_obs)
-        next_value = jnp.concatenate([traj.value[1:], last_value[None]], axis=0)
-        next_value = jnp.where(traj.done, final_value, next_value)
-        delta = traj.reward + config.gamma * (1.0 - traj.terminated) * next_value - traj.value
-        decay = config.gamma * config.gae_lambda * (1.0 - traj.done)
+        advantages, targets = gae(config, traj, traj.value, last_value, final_value)
 
-        def gae(advantage, delta_decay):
-            advantage = delta_decay[0] + delta_decay[1] * advantage
-            return advantage, advantage
-
-        _, advantages = jax.lax.scan(gae, jnp.zeros_like(last_value), (delta, decay), reverse=True)
-        targets = advantages + traj.value
-
-        # UPDATE NETWORK: epochs of shuffled minibatches; the learning rate falls
-        # linearly to 0 (scaling Adam's step, so a restored optimizer carries on).
-        lr_scale = 1.0 - index / config.num_updates
+        # UPDATE NETWORK
         batch = (traj.obs, traj.action, traj.log_prob, traj.value, advantages, targets)
-
-        def update_epoch(carry, _):
-            params, opt_state, key = carry
-            key, perm_key = jax.random.split(key)
-            perm = jax.random.permutation(perm_key, config.batch_size)
-            minibatches = jax.tree.map(
-                lambda x: x.reshape((config.batch_size, *x.shape[2:]))[perm].reshape(
-                    (config.num_minibatches, minibatch_size, *x.shape[2:])
-                ),
-                batch,
-            )
-
-            def update_minibatch(carry, minibatch):
-                params, opt_state = carry
-                grads = jax.grad(loss_fn)(params, *minibatch)
-                updates, opt_state = optimizer.update(grads, opt_state, params)
-                updates = jax.tree.map(lambda u: lr_scale * u, updates)
-                return (optax.apply_updates(params, updates), opt_state), None
-
-            (params, opt_state), _ = jax.lax.scan(
-                update_minibatch, (params, opt_state), minibatches
-            )
-            return (params, opt_state, key), None
-
         key, epoch_key = jax.random.split(runner.key)
-        (params, opt_state, _), _ = jax.lax.scan(
-            update_epoch, (runner.params, runner.opt_state, epoch_key), None, config.update_epochs
+        params, opt_state = update_epochs(
+            config, optimizer, grad_fn, (runner.params, runner.opt_state), batch, epoch_key, index
         )
         runner = runner.replace(params=params, opt_state=opt_state, key=key)
 
@@ -337,8 +367,8 @@ def make_evaluate(config: PPOConfig):
     each episode's raw return and the transform state, statistics unchanged.
     """
     env = make_env(config)
-    network, _ = _agent(config, env)
-    env_step = functools.partial(_env_step, env, network, greedy=True, update_stats=False)
+    network, _ = agent(config, env)
+    env_step = functools.partial(act_and_step, env, network, greedy=True, update_stats=False)
 
     def evaluate(runner: Runner, key):
         reset_key, key = jax.random.split(key)
@@ -356,7 +386,7 @@ def make_evaluate(config: PPOConfig):
             return (obs, env_state, key, total, running & ~transition.done), None
 
         running = jnp.ones(config.num_eval_envs, bool)
-        carry = (_flat(obs), env_state, key, jnp.zeros(config.num_eval_envs), running)
+        carry = (flat(obs), env_state, key, jnp.zeros(config.num_eval_envs), running)
         max_steps = int(env.params.max_steps_in_episode)
         (_, env_state, _, total, _), _ = jax.lax.scan(step, carry, None, max_steps)
         return total, rngym.get_transform_state(env_state)
