@@ -27,6 +27,7 @@ OPTIONAL = {
     "mo_gymnasium": "mo-gymnasium",
     "optax": "demo",
     "matplotlib": "demo",
+    "rlax": "dev",
 }
 
 

@@ -126,17 +126,27 @@ def test_cumulative_statistics_are_the_mean_and_variance_of_every_target():
     assert rn.count_as_int(state.stats).sum() == targets.size
 
 
-def test_large_mean_small_spread_loses_no_digits():
-    """The variance is kept as squared deviations, not as the second moment minus mean^2."""
-    targets = np.float32(1e4) + np.random.default_rng(5).normal(0, 1, (400, 1)).astype(np.float32)
-    pa = rn.popart(1e-2)
+def test_a_mean_large_against_the_spread_keeps_the_scale():
+    """Mean 1e4, spread 1, the prior faded: M keeps the scale where nu - mu^2 loses it.
+
+    Each float32 running mean rounds to about 5e-4 at 1e4, which bounds the
+    scale's error near 1e-4; the second moment minus the squared mean, rlax's
+    formula, cancels every digit of a variance 1e8 times smaller than nu.
+    """
+    step_size, updates = 0.05, 1000  # the prior's weight (1 - 0.05)^1000 ~ 5e-23
+    rng = np.random.default_rng(5)
+    targets = np.float32(1e4) + rng.normal(0, 1, (updates, 1)).astype(np.float32)
+    pa = rn.popart(step_size)
     state, update = pa.init(), jax.jit(pa.update)
+    shift, second = np.float32(0.0), np.float32(1.0)
     for x in targets:
         state = update(state, x)
-    with jax.enable_x64(True):
-        _, _, expected = reference(targets.astype(np.float64), np.zeros((400, 1), int), 1, 1e-2,
-                                   1e-5, 1e5)  # fmt: skip
-    assert relative_error(state.scale, expected[0]) <= 1e-4
+        shift += np.float32(step_size) * (x[0] - shift)  # rlax's recurrence in float32
+        second += np.float32(step_size) * (x[0] * x[0] - second)
+    _, _, expected = reference(targets, np.zeros(targets.shape, int), 1, step_size, 1e-5, 1e5)
+    assert relative_error(state.scale, expected[0]) <= 2e-4
+    naive = np.sqrt(np.maximum(second - shift * shift, np.float32(1e-10)))
+    assert relative_error(naive, expected[0]) >= 0.5
 
 
 class ValueHead(nn.Module):
@@ -400,3 +410,13 @@ def test_no_gradient_reaches_the_statistics_through_normalize():
     state_grad, prediction_grad = grad(state, jnp.array([0.5]))
     assert float(jnp.max(jnp.abs(state_grad.stats.moments))) == 0.0
     assert float(prediction_grad[0]) != 0.0
+
+
+def test_preserve_outputs_names_a_layer_it_cannot_rescale():
+    pa = rn.popart(0.1)
+    state = pa.init()
+    nested = {"kernel": {"a": jnp.ones((2, 1)), "b": jnp.ones((2, 1))}, "bias": jnp.zeros(1)}
+    with pytest.raises(ValueError, match=r"layer\['kernel'\] should be one array.*2 arrays"):
+        rn.preserve_outputs(nested, state, state)
+    with pytest.raises(TypeError, match="new should be a PopArtState, got dict"):
+        rn.preserve_outputs({"kernel": jnp.ones((2, 1)), "bias": jnp.zeros(1)}, state, {})

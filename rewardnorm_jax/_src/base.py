@@ -454,6 +454,22 @@ def as_flag(value, batch_shape: Shape, name: str) -> jax.Array:
     return jnp.broadcast_to(flag, batch_shape)
 
 
+def check_update_stats(update_stats):
+    """``update_stats`` checked: a scalar flag, Python or traced (returned as it is).
+
+    Raises:
+      TypeError: for a flag that is not a number (:func:`check_flag`).
+      ValueError: for a flag that is not a scalar.
+    """
+    check_flag("update_stats", update_stats)
+    if jnp.shape(update_stats) != ():
+        raise ValueError(
+            f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar "
+            "boolean (one flag for the shared statistics), Python or traced."
+        )
+    return update_stats
+
+
 def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool = False):
     """Task ids checked, as int32; ``-1`` for an id outside ``[0, K)`` under ``jit``.
 

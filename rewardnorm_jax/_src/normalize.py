@@ -101,12 +101,7 @@ def checked_return_step(
     """
     shape = ret.shape
     base.check_step_inputs(shape, reward, terminated=terminated, truncated=truncated, active=active)
-    base.check_flag("update_stats", update_stats)
-    if jnp.shape(update_stats) != ():
-        raise ValueError(
-            f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar "
-            "boolean (one flag for the shared statistics), Python or traced."
-        )
+    base.check_update_stats(update_stats)
     terminated = base.as_flag(terminated, shape, "terminated")
     truncated = base.as_flag(truncated, shape, "truncated")
     if active is not None:

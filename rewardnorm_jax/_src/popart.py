@@ -183,8 +183,10 @@ def popart(
     from :math:`\mu = 0, \nu = 1`; ``step_size=None`` keeps cumulative
     statistics instead (every target weighs the same, with the exact count of
     :func:`~rewardnorm_jax.init_stats`). The variance is kept as a sum of
-    squared deviations, not as :math:`\nu - \mu^2`, so it loses no digits when
-    the targets' mean is large against their spread; with a step size its
+    squared deviations, not as :math:`\nu - \mu^2`: with targets of mean
+    :math:`10^4` and spread 1 the float32 scale stays within :math:`10^{-4}`
+    (the running mean's rounding), where :math:`\nu - \mu^2` loses every
+    digit. With a step size its
     range is then :math:`\alpha` times the dtype's (float32: a spread up to
     about :math:`\sqrt{\alpha}\, 10^{19}`; past it the scale saturates at
     ``scale_ub``, never NaN).
@@ -335,11 +337,7 @@ def popart(
 
 def checked_mask(mask, shape, update_stats):
     """The mask of targets to learn, ``update_stats`` folded in."""
-    base.check_flag("update_stats", update_stats)
-    if jnp.shape(update_stats) != ():
-        raise ValueError(
-            f"update_stats has shape {jnp.shape(update_stats)}; it must be a scalar boolean."
-        )
+    base.check_update_stats(update_stats)
     if mask is not None:
         mask = jnp.asarray(base.check_flag("mask", mask), bool)
         if mask.shape != shape:
@@ -350,8 +348,14 @@ def checked_mask(mask, shape, update_stats):
 
 def _check_layer(layer, stats_shape) -> None:
     """Raises unless the layer's parameters are real and its outputs fit the statistics."""
-    (kernel,) = jax.tree.leaves(layer["kernel"])
-    (bias,) = jax.tree.leaves(layer["bias"])
+    arrays = {name: jax.tree.leaves(layer[name]) for name in ("kernel", "bias")}
+    for name, leaves in arrays.items():
+        if len(leaves) != 1:
+            raise ValueError(
+                f"layer[{name!r}] should be one array (or an NNX Param holding one), got "
+                f"{type(layer[name]).__name__} with {len(leaves)} arrays."
+            )
+    (kernel,), (bias,) = arrays.values()
     for name, value in (("kernel", kernel), ("bias", bias)):
         if not jnp.issubdtype(value.dtype, jnp.floating):
             raise TypeError(
@@ -393,7 +397,8 @@ def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
       ValueError: for a layer without ``kernel`` and ``bias`` (a ``Dense``
         without a bias cannot absorb the shift), states of other shapes, or a
         layer whose outputs are not the ``num_tasks`` tasks of the statistics.
-      TypeError: for parameters that are not floating point.
+      TypeError: for parameters that are not floating point, or states that
+        are not :class:`PopArtState`.
 
     Example:
       >>> pa = popart(step_size=0.1)
@@ -415,7 +420,7 @@ def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
         )
     for state, name in ((old, "old"), (new, "new")):
         if not isinstance(state, PopArtState):
-            raise ValueError(f"{name} should be a PopArtState, got {type(state).__name__}.")
+            raise TypeError(f"{name} should be a PopArtState, got {type(state).__name__}.")
     if old.stats.mean.shape != new.stats.mean.shape:
         raise ValueError(
             f"old and new PopArt states have statistics of shapes {old.stats.mean.shape} and "
