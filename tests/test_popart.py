@@ -1,5 +1,7 @@
 """PopArt: statistics against rlax and a float64 reference, preserved outputs, the contract."""
 
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -418,5 +420,7 @@ def test_preserve_outputs_names_a_layer_it_cannot_rescale():
     nested = {"kernel": {"a": jnp.ones((2, 1)), "b": jnp.ones((2, 1))}, "bias": jnp.zeros(1)}
     with pytest.raises(ValueError, match=r"layer\['kernel'\] should be one array.*2 arrays"):
         rn.preserve_outputs(nested, state, state)
+    layer = {"kernel": jnp.ones((2, 1)), "bias": jnp.zeros(1)}
+    not_a_state: Any = {}  # what a caller passes by mistake
     with pytest.raises(TypeError, match="new should be a PopArtState, got dict"):
-        rn.preserve_outputs({"kernel": jnp.ones((2, 1)), "bias": jnp.zeros(1)}, state, {})
+        rn.preserve_outputs(layer, state, not_a_state)
