@@ -1,9 +1,10 @@
 """Smoke run of benchmarks/learning.py: both agents, tiny runs, 2 seeds.
 
 The comparison itself takes minutes (``python -m benchmarks.learning``); this
-trains Q-learning on Catch and PPO on the growing-reward CartPole, raw, with
-the percentile scale and with PopArt, for two evaluation points with fast
-compilation (6 programs, each a few seconds to compile on two cores), and
+trains Q-learning on Catch and PPO on the growing-reward CartPole, raw and
+with PopArt (which the two agents implement apart from the reward
+transforms), for two evaluation points with fast compilation (4 programs,
+each a few seconds to compile on two cores), and
 checks what ``main`` returns and prints: one finite curve per seed for every
 pair, evaluation returns in the environment's own units whatever the
 transform, the table and the plot.
@@ -21,7 +22,7 @@ from tests.test_benchmarks_smoke import table_rows
 
 # benchmarks.learning imports gymnax, optax and matplotlib: the demo extra.
 pytestmark = pytest.mark.requires("gymnax", "optax", "matplotlib")
-CASES, TRANSFORMS = ["catch", "growing"], ["none", "percentile", "popart"]
+CASES, TRANSFORMS = ["catch", "growing"], ["none", "popart"]
 SMOKE_ARGS = ["--smoke", "--cases", *CASES, "--transforms", *TRANSFORMS]
 
 
@@ -69,14 +70,6 @@ def test_returns_are_in_the_environments_units(smoke):
         # grows to x1000).
         assert (result.curves >= 1).all(), transform
         assert (result.curves <= 500).all(), transform
-
-
-@pytest.mark.slow
-def test_identity_transforms_on_one_stream_match_raw_rewards(smoke):
-    results, _, _ = smoke
-    catch = results["catch"]
-    # One environment: the percentile range of one return is 0, the divisor 1.
-    np.testing.assert_array_equal(catch["percentile"].curves, catch["none"].curves)
 
 
 @pytest.mark.slow
