@@ -359,20 +359,11 @@ def normalize_reward(
         passthrough = False if finite_rewards else ~jnp.isfinite(reward)
         return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
-    def per_reward(values, task) -> jax.Array:
-        """Values of the statistics' shape, as each reward sees them (its task's)."""
-        if task is None:
-            return values
-        # An id outside [0, num_tasks) reads NaN: its reward is not normalized silently.
-        inside = (task >= 0) & (task < values.shape[0])
-        gathered = values[jnp.where(inside, task, 0)]
-        return jnp.where(inside.reshape(task.shape + (1,) * (values.ndim - 1)), gathered, jnp.nan)
-
     def normalize(state: NormalizeRewardState, reward) -> jax.Array:
         base.check_step_inputs(checked_batch_shape(state), reward)
         reward = jnp.asarray(reward, dtype)
         inverse = inverse_std(state.stats, state.ret_abs_max)
-        return scale(reward, per_reward(inverse, state.task))
+        return scale(reward, rs.per_key(inverse, state.task))
 
     def learn_returns(stats, ret, mask, task):
         """``stats`` (running statistics, max of ``|G|``) with ``ret`` learnt."""
@@ -412,7 +403,7 @@ def normalize_reward(
             finite_rewards=finite_rewards,
         )
         new_state = state.replace(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        inverse = per_reward(inverse_std(stats, ret_abs_max), state.task)
+        inverse = rs.per_key(inverse_std(stats, ret_abs_max), state.task)
         return scale(reward, inverse), new_state
 
     config = base.make_config(

@@ -298,15 +298,8 @@ def popart(
         return state.replace(stats=jax.lax.stop_gradient(stats))
 
     def per_target(values, task):
-        """Values of the statistics' shape as each target sees them (NaN for a bad id).
-
-        No gradient reaches the statistics through them: only ``update`` moves them.
-        """
-        values = jax.lax.stop_gradient(values)
-        if task is None:
-            return values
-        inside = (task >= 0) & (task < num_tasks)
-        return jnp.where(inside, values[jnp.where(inside, task, 0)], jnp.nan)
+        """Each target's task's values (NaN for a bad id), without a gradient to the state."""
+        return rs.per_key(jax.lax.stop_gradient(values), task)
 
     def normalize(state, values, task=None) -> jax.Array:
         check_state(state)

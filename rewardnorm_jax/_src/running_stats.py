@@ -516,10 +516,9 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
       The merged statistics.
     """
     num_batch_axes = batch.ndim - stats.mean.ndim
-    participants(axis_name)  # before the first collective
-    check_share(stats, _entries(batch, num_batch_axes, axis_name))
+    entries = _entries(batch, num_batch_axes, axis_name)  # before the first collective
+    check_share(stats, entries)
     shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
-    entries = _entries(batch, num_batch_axes, axis_name)
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
         if mask is None:
@@ -601,6 +600,21 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
             count_increment = jax.lax.psum(count_increment, axis_name)
     sums = jnp.stack([squares[:, 0], squares[:, 1], count])  # the count of the first pass
     return _add_shifted_sums(stats, sums, shift, count_increment)
+
+
+def per_key(values: jax.Array, keys: jax.Array | None) -> jax.Array:
+    """Values of keyed statistics ``(K, *S)`` as each entry sees them: its key's.
+
+    ``keys`` of shape ``E`` give values of shape ``(*E, *S)``; an entry whose
+    key is outside ``[0, K)`` reads NaN, so that nothing is scaled silently by
+    another key's statistics. ``keys=None`` (shared statistics) returns
+    ``values`` as they are.
+    """
+    if keys is None:
+        return values
+    inside = (keys >= 0) & (keys < values.shape[0])
+    gathered = values[jnp.where(inside, keys, 0)]
+    return jnp.where(inside.reshape(keys.shape + (1,) * (values.ndim - 1)), gathered, jnp.nan)
 
 
 def merge_stats(
