@@ -270,10 +270,10 @@ def ppo_loss(config: PPOConfig, network, discrete: bool, params, minibatch) -> j
     return policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
 
 
-def update_epochs(config: PPOConfig, optimizer, grad_fn, agent, batch, key, index):
+def update_epochs(config: PPOConfig, optimizer, grad_fn, learner, batch, key, index):
     """``(params, opt_state)`` after ``update_epochs`` passes over shuffled minibatches.
 
-    ``agent`` is ``(params, opt_state)``, ``batch`` a tuple of ``(num_steps,
+    ``learner`` is ``(params, opt_state)``, ``batch`` a tuple of ``(num_steps,
     num_envs, ...)`` arrays, ``grad_fn(params, minibatch)`` the gradient of the
     loss. The learning rate falls linearly to 0 over the run (``index`` is the
     update's number), scaling Adam's step, so a restored optimizer carries on.
@@ -302,7 +302,7 @@ def update_epochs(config: PPOConfig, optimizer, grad_fn, agent, batch, key, inde
         return (params, opt_state, key), None
 
     (params, opt_state, _), _ = jax.lax.scan(
-        update_epoch, (*agent, key), None, config.update_epochs
+        update_epoch, (*learner, key), None, config.update_epochs
     )
     return params, opt_state
 
