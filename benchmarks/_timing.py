@@ -88,8 +88,11 @@ def _kernels(computations: dict[str, list[str]], name: str) -> int:
         if not _KERNEL.search(line):
             continue
         loop = re.search(r" while\(.*condition=%?([\w.\-]+), body=%?([\w.\-]+)", line)
+        graph = re.search(r" call\(.*to_apply=%?(command_buffer[\w.\-]*)", line)
         if loop:
             count += _kernels(computations, loop.group(1)) + _kernels(computations, loop.group(2))
+        elif graph:  # a GPU command buffer: a CUDA graph of the kernels it holds
+            count += _kernels(computations, graph.group(1))
         else:
             count += 1
     return count
@@ -111,7 +114,9 @@ def loop_kernels(jitted, *args) -> int:
     scan is the ``while`` loop with the largest known trip count. A loop
     nested in its body costs the kernels of one trip (its condition and body),
     unless XLA:CPU compiled it into a single kernel (a small ``call``), which
-    counts as one. Returns 0 if the program has no such loop.
+    counts as one. On a GPU, a command buffer (kernels XLA launches as one
+    CUDA graph) counts the kernels it holds. Returns 0 if the program has no
+    such loop.
     """
     text = jitted.lower(*args).compile().as_text()
     body = _scan_body(text)

@@ -6,6 +6,8 @@ Per objective (``components``), one scale across objectives, per task
 the keyed merge across devices.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src import summation
 from tests import reference
 from tests.reference import RunningMeanStd
 
@@ -47,9 +50,12 @@ def run(transform, rewards, terminated, dtype, tasks=None):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_each_objective_matches_a_scalar_normalizer_of_its_own(dtype):
-    rewards, terminated = stream()
-    with jax.enable_x64(dtype == "float64"):
+@pytest.mark.parametrize("num_envs", [6, 100])
+@pytest.mark.parametrize("form", [None, "plain"])  # the backend's sums, or the plain ones
+def test_each_objective_matches_a_scalar_normalizer_of_its_own(dtype, num_envs, form):
+    rewards, terminated = stream(num_envs=num_envs)
+    sums = contextlib.nullcontext() if form is None else summation.everywhere(form)
+    with jax.enable_x64(dtype == "float64"), sums:
         outputs, state = run(rn.normalize_reward(GAMMA, components=1), rewards, terminated, dtype)
         for k in range(rewards.shape[2]):
             expected, _, rms = reference.normalize_stream(

@@ -22,6 +22,13 @@ SHAPES = [
     ((8, 16), 0),  # two batch axes
     ((256, 3), 1),  # one statistic per column: a variadic reduction
     ((4, 5, 6), 2),
+    # the plain sums' rows of several statistics: k = 128 // s entries side by side
+    ((0, 3), 1),
+    ((41, 3), 1),  # fewer entries than a row
+    ((42, 3), 1),  # one row
+    ((1000, 3), 1),  # rows and a rest
+    ((7, 4, 8), 2),  # s = 32: k = 4
+    ((10, 200), 1),  # s >= 128: one sum over the entries
 ]
 
 
@@ -78,7 +85,7 @@ def test_the_step_with_tuned_or_plain_sums_matches_the_reference(num_envs, maske
 
         inputs = (jnp.asarray(rewards), jnp.asarray(terminated), jnp.asarray(active))
         tuned_state, tuned = jax.jit(run)(*inputs)
-        with summation.plain_everywhere():  # traced anew: a cached trace keeps its sums
+        with summation.everywhere("plain"):  # traced anew: a cached trace keeps its sums
             plain_state, plain = jax.jit(lambda *args: run(*args))(*inputs)
         for state, outputs in ((tuned_state, tuned), (plain_state, plain)):
             np.testing.assert_allclose(outputs, expected, rtol=1e-10, atol=1e-12)
@@ -87,13 +94,31 @@ def test_the_step_with_tuned_or_plain_sums_matches_the_reference(num_envs, maske
             assert int(rn.count_as_int(state.stats)) == round(rms.count)
 
 
-def test_plain_everywhere_traces_the_plain_sums():
+def test_everywhere_traces_one_form_of_the_sums():
     norm = rn.normalize_reward()
     args = (norm.init((64,)), jnp.ones(64))
 
     def step():  # a new function each time: JAX caches a function's trace
         return lambda state, reward: norm.step(state, reward, False, False)
 
-    assert "platform_index" in str(jax.make_jaxpr(step())(*args))  # both forms, by backend
-    with summation.plain_everywhere():
-        assert "platform_index" not in str(jax.make_jaxpr(step())(*args))
+    both = str(jax.make_jaxpr(step())(*args))  # both forms, chosen by backend
+    assert "platform_index" in both
+    assert "while" in both
+    with summation.everywhere("plain"):
+        plain = str(jax.make_jaxpr(step())(*args))
+    with summation.everywhere("tuned"):  # the merge in one kernel is a one-trip while loop
+        tuned = str(jax.make_jaxpr(step())(*args))
+    assert "platform_index" not in plain
+    assert "while" not in plain
+    assert "platform_index" not in tuned
+    assert "while" in tuned
+
+
+def test_everywhere_names_the_valid_forms():
+    with (
+        pytest.raises(
+            ValueError, match=r"form should be one of \('plain', 'tuned'\), got form='cpu'"
+        ),
+        summation.everywhere("cpu"),
+    ):
+        pass
