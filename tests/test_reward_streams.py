@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import checkify
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src import running_stats as rs
@@ -155,7 +156,7 @@ def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
         rn.set_task(state, np.array([0, 1]))
 
     @jax.jit
-    def step_with(state, task):  # inside jit the ids cannot be checked
+    def step_with(state, task):  # inside jit (without checkify) the ids are not checked
         return transform.step(rn.set_task(state, task), jnp.array([1.0, 2.0, 3.0]), False, False)
 
     out, bad = step_with(state, jnp.array([0, 5, -1]))
@@ -165,6 +166,31 @@ def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
     assert rn.count_as_int(bad.stats).tolist() == [1, 0]
     np.testing.assert_array_equal(bad.stats.moments[1], state.stats.moments[1])
     assert rn.count_as_int(good.stats).tolist() == [3, 0]
+
+
+def test_ids_outside_the_tasks_are_a_checkify_error_inside_jit():
+    transform = rn.normalize_reward(GAMMA, num_tasks=4)
+    state = transform.init((3,))
+
+    def run(state, tasks):  # a scan over the ids of T steps, (T, 3)
+        def body(state, task):
+            out, state = transform.step(rn.set_task(state, task), jnp.ones(3), False, False)
+            return state, out
+
+        return jax.lax.scan(body, state, tasks)
+
+    checked = jax.jit(checkify.checkify(run))
+    error, _ = checked(state, jnp.array([[0, 1, 3], [2, 9, -1]]))
+    assert error.get().startswith(
+        "task ids should be in [0, 4) (num_tasks=4), got 9 at environment 1 (a flat index; "
+        "bad ids: 2)."
+    )
+    error, _ = checked(state, jnp.array([[0, 1, 3], [2, 2, 0]]))
+    assert error.get() is None
+    # Without checkify the check is dropped: none of its operations is compiled.
+    ids = jnp.zeros((2, 3), jnp.int32)
+    assert "check_task/" in jax.jit(checkify.checkify(run)).lower(state, ids).compile().as_text()
+    assert "check_task/" not in jax.jit(run).lower(state, ids).compile().as_text()
 
 
 def test_tasks_need_shared_statistics_and_a_whole_number():

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 from flax.core import FrozenDict
+from jax.experimental import checkify
 
 PyTree = Any
 Shape = tuple[int, ...]
@@ -485,6 +486,8 @@ def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool 
       TypeError: for ids that are not integers.
       ValueError: for ids of another shape, or (when their values are known,
         outside ``jit``) an id outside ``[0, K)``, named with its position.
+        Traced ids outside ``[0, K)`` are a ``checkify`` error where the
+        caller runs under ``jax.experimental.checkify.checkify``.
     """
     if not isinstance(task, jax.Array):
         task = np.asarray(task)  # a list or tuple of ids
@@ -501,16 +504,26 @@ def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool 
             f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}"
             + (" (or a shape that broadcasts to it)." if broadcast else ".")
         )
+    valid = f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks})"
     if not isinstance(task, jax.core.Tracer):
         values = np.asarray(task)
         bad = (values < 0) | (values >= num_tasks)
         if bad.any():
-            raise ValueError(
-                f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks}), got "
-                f"{values[bad].tolist()[:5]} at {per}s {np.argwhere(bad).tolist()[:5]}."
-            )
+            where = np.argwhere(bad).tolist()[:5]
+            raise ValueError(f"{valid}, got {values[bad].tolist()[:5]} at {per}s {where}.")
+    in_range = (task >= 0) & (task < num_tasks)
+    if isinstance(task, jax.core.Tracer) and task.size:
+        # Checked only where the caller runs under checkify.checkify; dropped otherwise.
+        first_bad = jnp.argmin(in_range.ravel())
+        checkify.debug_check(
+            jnp.all(in_range),
+            f"{valid}, got {{}} at {per} {{}} (a flat index; bad ids: {{}}).",
+            task.ravel()[first_bad],
+            first_bad,
+            jnp.sum(~in_range),
+        )
     # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
-    return jnp.where((task >= 0) & (task < num_tasks), task, -1).astype(jnp.int32)
+    return jnp.where(in_range, task, -1).astype(jnp.int32)
 
 
 def check_count(name: str, value, *, minimum: int) -> int:

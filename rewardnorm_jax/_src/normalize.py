@@ -458,8 +458,11 @@ def set_task(state, task) -> NormalizeRewardState:
     Raises:
       ValueError: for a state without tasks, ``task`` of another shape, or
         (when its values are known, outside ``jit``) an id outside ``[0, K)``.
-        Inside ``jit`` the ids cannot be checked: an entry with an id outside
-        ``[0, K)`` joins no task's statistics, and its reward normalizes to NaN.
+        Inside ``jit`` the ids are checked where the caller runs under
+        ``jax.experimental.checkify.checkify`` (the error names the first bad
+        id and its environment); without it the check is compiled away, and an
+        entry with an id outside ``[0, K)`` joins no task's statistics and its
+        reward normalizes to NaN.
       TypeError: for ``task`` that is not integers.
 
     Example:
