@@ -140,6 +140,40 @@ def loop_body(jitted, *args) -> dict[str, list[str]]:
     return fused
 
 
+# Trace events that are not kernels of the program: the runtime's own spans and Python's.
+_NOT_KERNELS = ("end:", "$", "Thunk", "Pjit", "PjRt", "while", "Handle inputs")
+
+
+def kernel_profile(fn: Callable[[], Any], calls: int = 5) -> dict[str, float]:
+    """Seconds per call of ``fn`` spent in each kernel, from a ``jax.profiler`` trace.
+
+    ``fn`` runs once untraced (compilation), then ``calls`` times under the
+    profiler. Each kernel's time is the sum of its trace events (on XLA:CPU,
+    one per launch), divided by ``calls``; the largest first.
+    """
+    import gzip
+    import json
+    import pathlib
+    import tempfile
+
+    jax.block_until_ready(fn())
+    with tempfile.TemporaryDirectory() as directory:
+        jax.profiler.start_trace(directory, create_perfetto_trace=True)
+        try:
+            for _ in range(calls):
+                jax.block_until_ready(fn())
+        finally:
+            jax.profiler.stop_trace()
+        (trace,) = pathlib.Path(directory).rglob("*.trace.json.gz")
+        with gzip.open(trace) as f:
+            events = json.load(f)["traceEvents"]
+    seconds: dict[str, float] = {}
+    for event in events:
+        if event.get("ph") == "X" and not event["name"].startswith(_NOT_KERNELS):
+            seconds[event["name"]] = seconds.get(event["name"], 0.0) + event["dur"] * 1e-6 / calls
+    return dict(sorted(seconds.items(), key=lambda item: -item[1]))
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """Adds ``--repeats`` and ``--markdown`` to a script's parser."""
     parser.add_argument(

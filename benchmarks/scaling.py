@@ -21,11 +21,16 @@ written, the output written; the ``active`` mask read too) over its time,
 and ``/copy`` that figure over the copy's. ``compile`` is the seconds
 ``lower(...).compile()`` takes, over the naive step's.
 
+With ``--profile``, it prints instead, for each ``N``, the nanoseconds per
+step each kernel of the ``default``, ``active`` and ``naive`` scans takes
+(``_timing.kernel_profile``): where a step's time goes.
+
 Usage::
 
     python -m benchmarks.scaling                     # N = 1 ... 1048576
     python -m benchmarks.scaling --sizes 64 4096 --markdown
     python -m benchmarks.scaling --sizes 1 64 4096 1048576 16777216   # on a GPU
+    python -m benchmarks.scaling --sizes 8 1024 --profile
 """
 
 import argparse
@@ -36,7 +41,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from benchmarks._timing import add_common_args, compare, loop_kernels, print_results
+from benchmarks._timing import (
+    add_common_args,
+    compare,
+    kernel_profile,
+    loop_kernels,
+    print_results,
+)
 from benchmarks.stream import default_scan, fast_scan, make_stream, naive_scan, ours_scan
 from rewardnorm_jax._src import summation
 
@@ -138,6 +149,16 @@ def measure(num_envs: int, steps: int, repeats: int) -> list:
     ]
 
 
+def print_profile(num_envs: int, steps: int, top: int = 8) -> None:
+    """Each profiled scan's kernels at ``num_envs``: nanoseconds per step, the largest first."""
+    rewards, terminated = (jnp.asarray(a) for a in make_stream(steps, num_envs))
+    for name in ("default", "active", "naive"):
+        kernels = kernel_profile(scan_of(SCANS[name], rewards, terminated))
+        ns = {kernel: t / steps * 1e9 for kernel, t in kernels.items()}
+        shown = ", ".join(f"{kernel} {t:.0f}" for kernel, t in list(ns.items())[:top])
+        print(f"N={num_envs} {name}: {sum(ns.values()):.0f} ns/step in kernels: {shown}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -146,8 +167,15 @@ def main(argv=None):
     parser.add_argument(
         "--steps", type=int, default=1000, help="stream length T for small N (default 1000)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="print each scan's kernels instead of the table"
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
+    if args.profile:
+        for n in args.sizes:
+            print_profile(n, steps_for(n, args.steps))
+        return
     headers = [
         "N",
         "T",

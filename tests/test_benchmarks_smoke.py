@@ -114,6 +114,18 @@ def test_scaling(capsys):
         assert all(k > 0 for k in kernels), row
 
 
+def test_scaling_profile(capsys):
+    out = run_main("scaling", ["--sizes", "8", "--steps", "20", "--profile"], capsys)
+    lines = out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["N=8 default", "N=8 active", "N=8 naive"]
+    for line in lines:
+        total, kernels = line.split(": ", 1)[1].split(" ns/step in kernels: ")
+        assert float(total) > 0, line
+        times = [float(kernel.rsplit(" ", 1)[1]) for kernel in kernels.split(", ")]
+        assert times == sorted(times, reverse=True), line
+        assert sum(times) <= float(total) + len(times), line  # the top kernels, rounded
+
+
 def test_streams(capsys):
     out = run_main(
         "streams", ["--sizes", "64", "--steps", "20", "--repeats", "2", "--markdown"], capsys
