@@ -29,8 +29,7 @@ ROOT = pathlib.Path(__file__).parent
 PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
 OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
-# -rs: each skip with its reason; -n: one worker per core (at most 4), tests dealt out one by
-# one, except a module's that share a module-scoped fixture (marked xdist_group).
+# -rs: each skip with its reason; -n: one worker per core (at most 4), a file per worker.
 PYTEST = (
     "pytest",
     "-q",
@@ -39,7 +38,7 @@ PYTEST = (
     "-n",
     "auto",
     "--maxprocesses=4",
-    "--dist=loadgroup",
+    "--dist=loadfile",
 )
 
 

@@ -21,10 +21,9 @@ ROOT = Path(__file__).parents[1]
 TIMEOUT_S = 300
 FLOAT32_TOLERANCE = 1e-6  # as tests/test_multidevice.py: float32 sums in another order
 
-pytestmark = [
-    pytest.mark.skipif(missing_reason(["brax"]) is not None, reason=str(missing_reason(["brax"]))),
-    pytest.mark.xdist_group("brax_multidevice"),  # one module-scoped run (--dist=loadgroup)
-]
+pytestmark = pytest.mark.skipif(
+    missing_reason(["brax"]) is not None, reason=str(missing_reason(["brax"]))
+)
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,6 @@ import rewardnorm_jax as rn
 from tests import reference
 from tests.streams import scan_steps
 
-# Its tests share a module-scoped fixture: one worker runs them all (--dist=loadgroup).
-pytestmark = pytest.mark.xdist_group("core_normalize")
-
 SEMANTICS = ["gymnasium", "sb3", "purejaxrl", "gymnasium_same_step"]
 
 

@@ -30,9 +30,6 @@ from rewardnorm_jax import demo
 from rewardnorm_jax._src.extras import MissingExtraError
 from rewardnorm_jax.examples import ppo
 
-# Its tests share a module-scoped fixture: one worker runs them all (--dist=loadgroup).
-pytestmark = pytest.mark.xdist_group("demo")
-
 SMALL_ARGS = ["--env", "CartPole-v1", "--total-steps", "16384", "--seeds", "2"]
 SMALL = ppo.PPOConfig(total_steps=16384)  # what SMALL_ARGS resolve to: 32 updates of 512 steps
 ARMS = ("normalized", "raw")

@@ -21,10 +21,7 @@ import pytest
 from tests.test_benchmarks_smoke import table_rows
 
 # benchmarks.learning imports gymnax, optax and matplotlib: the demo extra.
-pytestmark = [
-    pytest.mark.requires("gymnax", "optax", "matplotlib"),
-    pytest.mark.xdist_group("learning_smoke"),  # one module-scoped run (--dist=loadgroup)
-]
+pytestmark = pytest.mark.requires("gymnax", "optax", "matplotlib")
 CASES, TRANSFORMS = ["catch", "growing"], ["none", "popart"]
 SMOKE_ARGS = ["--smoke", "--cases", *CASES, "--transforms", *TRANSFORMS]
 

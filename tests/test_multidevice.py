@@ -36,9 +36,6 @@ import pytest
 from tests import _multidevice_worker as worker
 from tests._extras import missing_reason
 
-# Its tests share a module-scoped fixture: one worker runs them all (--dist=loadgroup).
-pytestmark = pytest.mark.xdist_group("multidevice")
-
 ROOT = Path(__file__).parents[1]  # the worker runs as python -m tests._multidevice_worker
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 MODES = ("vmap", "pmap", "shard_map", "sharded_jit")

@@ -18,9 +18,6 @@ from nbclient import NotebookClient
 
 from tests._extras import imported_modules, missing_reason
 
-# Its tests share a module-scoped fixture: one worker runs them all (--dist=loadgroup).
-pytestmark = pytest.mark.xdist_group("notebooks")
-
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 
 
