@@ -5,7 +5,8 @@ For each ``N`` of ``--sizes`` (default 1, 8, 64, 1024, 4096, 16384, 65536,
 stream, in turn (``_timing.compare``):
 
 * ``default``: ``normalize_reward``'s ``step(state, r, terminated, False)``;
-* ``active``: the same step with Gymnasium's ``active`` mask;
+* ``active``: the same step with Gymnasium's ``active`` mask (the masks of every step
+  made before the timed scan, as a training loop holds each from the step before);
 * ``fast``: the step built with ``finite_rewards=True``, without a mask;
 * ``plain`` (on XLA:CPU) or ``tuned`` (elsewhere): ``default`` traced with
   the summation the backend does not default to (``summation.everywhere``):
@@ -48,7 +49,14 @@ from benchmarks._timing import (
     loop_kernels,
     print_results,
 )
-from benchmarks.stream import default_scan, fast_scan, make_stream, naive_scan, ours_scan
+from benchmarks.stream import (
+    default_scan,
+    fast_scan,
+    make_stream,
+    naive_scan,
+    next_step_active,
+    ours_scan,
+)
 from rewardnorm_jax._src import summation
 
 MAX_ELEMENTS = 2**24  # T * N of the largest stream
@@ -76,9 +84,9 @@ def other_scan(rewards, terminated):
     return default_scan.__wrapped__(rewards, terminated)
 
 
-def scan_of(scan, rewards, terminated) -> Callable[[], Any]:
+def scan_of(scan, *args) -> Callable[[], Any]:
     """A variant of ``compare``: ``scan`` of the stream."""
-    return lambda: scan(rewards, terminated)
+    return lambda: scan(*args)
 
 
 def run_other(rewards, terminated):
@@ -105,10 +113,19 @@ def compile_seconds(jitted, *args) -> float:
 SCANS = {"default": default_scan, "active": ours_scan, "fast": fast_scan, "naive": naive_scan}
 
 
+def scan_inputs(num_envs: int, steps: int) -> dict[str, tuple]:
+    """Each scan's arguments on one stream: the ``active`` scan takes the masks too."""
+    rewards, terminated = (jnp.asarray(a) for a in make_stream(steps, num_envs))
+    inputs: dict[str, tuple] = dict.fromkeys(SCANS, (rewards, terminated))
+    inputs["active"] = (rewards, terminated, next_step_active(terminated))
+    return inputs
+
+
 def measure(num_envs: int, steps: int, repeats: int) -> list:
     """One row of the table for ``num_envs`` environments."""
-    rewards, terminated = (jnp.asarray(a) for a in make_stream(steps, num_envs))
-    variants = {name: scan_of(scan, rewards, terminated) for name, scan in SCANS.items()}
+    inputs = scan_inputs(num_envs, steps)
+    rewards, terminated = inputs["default"]
+    variants = {name: scan_of(scan, *inputs[name]) for name, scan in SCANS.items()}
     variants["other"] = scan_of(run_other, rewards, terminated)
     seconds = compare(variants, repeats)
     # The copy sweeps the caches, which would slow whichever scan runs after
@@ -128,8 +145,8 @@ def measure(num_envs: int, steps: int, repeats: int) -> list:
         / seconds[name]
         for name in ("default", "active", "fast", "naive")
     }
-    kernels = {name: loop_kernels(scan, rewards, terminated) for name, scan in SCANS.items()}
-    compiles = {name: compile_seconds(scan, rewards, terminated) for name, scan in SCANS.items()}
+    kernels = {name: loop_kernels(scan, *inputs[name]) for name, scan in SCANS.items()}
+    compiles = {name: compile_seconds(scan, *inputs[name]) for name, scan in SCANS.items()}
     return [
         num_envs,
         steps,
@@ -151,9 +168,9 @@ def measure(num_envs: int, steps: int, repeats: int) -> list:
 
 def print_profile(num_envs: int, steps: int, top: int = 8) -> None:
     """Each profiled scan's kernels at ``num_envs``: nanoseconds per step, the largest first."""
-    rewards, terminated = (jnp.asarray(a) for a in make_stream(steps, num_envs))
+    inputs = scan_inputs(num_envs, steps)
     for name in ("default", "active", "naive"):
-        kernels = kernel_profile(scan_of(SCANS[name], rewards, terminated))
+        kernels = kernel_profile(scan_of(SCANS[name], *inputs[name]))
         ns = {kernel: t / steps * 1e9 for kernel, t in kernels.items()}
         shown = ", ".join(f"{kernel} {t:.0f}" for kernel, t in list(ns.items())[:top])
         print(f"N={num_envs} {name}: {sum(ns.values()):.0f} ns/step in kernels: {shown}")

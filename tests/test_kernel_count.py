@@ -37,12 +37,15 @@ def scans():
 
 
 def stream_of(num_envs):
-    return tuple(jnp.asarray(a) for a in stream.make_stream(STEPS, num_envs))
+    """Each scan's arguments: the rewards and ends, and the ``active`` masks where it takes them."""
+    rewards, terminated = (jnp.asarray(a) for a in stream.make_stream(STEPS, num_envs))
+    masked = (rewards, terminated, stream.next_step_active(terminated))
+    return {name: masked if "active mask" in name else masked[:2] for name in scans()}
 
 
 def kernels(num_envs):
     inputs = stream_of(num_envs)
-    return {name: loop_kernels(scan, *inputs) for name, scan in scans().items()}
+    return {name: loop_kernels(scan, *inputs[name]) for name, scan in scans().items()}
 
 
 @pytest.mark.parametrize("num_envs", [64, 1024, 4096])
@@ -99,5 +102,5 @@ def test_no_kernel_stacks_terms_it_computes_from_the_scan_inputs(num_envs):
     # out of the stacked terms (summation.cpu_sums).
     inputs = stream_of(num_envs)
     for name, scan in scans().items():
-        for kernel, body in loop_body(scan, *inputs).items():
+        for kernel, body in loop_body(scan, *inputs[name]).items():
             assert not stacks_sliced_inputs(body), (name, kernel, "\n".join(body))
