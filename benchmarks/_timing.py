@@ -145,11 +145,12 @@ _NOT_KERNELS = ("end:", "$", "Thunk", "Pjit", "PjRt", "while", "Handle inputs")
 
 
 def kernel_profile(fn: Callable[[], Any], calls: int = 5) -> dict[str, float]:
-    """Seconds per call of ``fn`` spent in each kernel, from a ``jax.profiler`` trace.
+    """Seconds per call of ``fn`` spent in each kernel, from a ``jax.profiler`` trace (XLA:CPU).
 
     ``fn`` runs once untraced (compilation), then ``calls`` times under the
     profiler. Each kernel's time is the sum of its trace events (on XLA:CPU,
-    one per launch), divided by ``calls``; the largest first.
+    one per launch), divided by ``calls``; the largest first. On a GPU the
+    trace also holds the host's launch events, which this sum would mix in.
     """
     import gzip
     import json

@@ -145,7 +145,7 @@ def network_factory():
 
 
 def train(task: Task, variant: str, scaling: float, seed: int, timesteps: int):
-    """One PPO run: ``(steps, raw evaluation returns, seconds)``."""
+    """One PPO run: ``(steps, raw evaluation returns, their episode lengths, seconds)``."""
     from brax.training.agents.ppo import train as ppo
 
     import rewardnorm_jax as rn
@@ -159,7 +159,7 @@ def train(task: Task, variant: str, scaling: float, seed: int, timesteps: int):
             "wrap_env_fn": rnb.wrap_env_fn(transform, wrap=wrap),
             "eval_env": rnb.RawRewardEvaluation(env),
         }
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[int, float, float]] = []
     start = time.perf_counter()
     ppo.train(
         env,
@@ -167,13 +167,15 @@ def train(task: Task, variant: str, scaling: float, seed: int, timesteps: int):
         reward_scaling=scaling,
         seed=seed,
         network_factory=network_factory(),
-        progress_fn=lambda step, m: curve.append((step, float(m["eval/episode_reward"]))),
+        progress_fn=lambda step, m: curve.append(
+            (step, float(m["eval/episode_reward"]), float(m["eval/avg_episode_length"]))
+        ),
         **task.ppo,
         **kwargs,
     )
     seconds = time.perf_counter() - start
-    steps, returns = zip(*curve, strict=True)
-    return np.array(steps), np.array(returns), seconds
+    steps, returns, lengths = (np.array(column) for column in zip(*curve, strict=True))
+    return steps, returns, lengths, seconds
 
 
 def variants(scales: Sequence[float], config_scaling: float) -> dict[str, float]:
@@ -187,13 +189,13 @@ def variants(scales: Sequence[float], config_scaling: float) -> dict[str, float]
 
 def summary(runs: list) -> dict[str, Any]:
     """Mean +- std over seeds of the final return and of the curve's mean."""
-    finals = np.array([returns[-1] for _, returns, _ in runs])
-    means = np.array([returns.mean() for _, returns, _ in runs])
+    finals = np.array([returns[-1] for _, returns, _, _ in runs])
+    means = np.array([returns.mean() for _, returns, _, _ in runs])
     return {
         "final": f"{finals.mean():.1f} +- {finals.std():.1f}",
         "curve mean": f"{means.mean():.1f} +- {means.std():.1f}",
         "finals": finals,
-        "seconds": float(sum(seconds for _, _, seconds in runs)),
+        "seconds": float(sum(seconds for _, _, _, seconds in runs)),
     }
 
 
@@ -208,7 +210,7 @@ def plot(results: dict, path: str) -> None:
     for ax, (env_name, by_variant) in zip(axes[0], results.items(), strict=True):
         for variant, runs in by_variant.items():
             steps = runs[0][0]
-            returns = np.stack([r for _, r, _ in runs])
+            returns = np.stack([r for _, r, _, _ in runs])
             (line,) = ax.plot(steps, returns.mean(0), label=variant)
             ax.fill_between(
                 steps, returns.min(0), returns.max(0), alpha=0.15, color=line.get_color()
@@ -244,7 +246,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def train_seeds(env_name: str, variant: str, scaling: float, seeds: int, timesteps: int, num_evals):
-    """Every seed of one variant, in this process: ``[(steps, returns, seconds)]``."""
+    """Every seed of one variant, in this process: ``[(steps, returns, lengths, seconds)]``."""
     task = TASKS[env_name]
     if num_evals is not None:
         task = dataclasses.replace(task, ppo={**task.ppo, "num_evals": num_evals})

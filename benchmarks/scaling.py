@@ -24,7 +24,7 @@ and ``/copy`` that figure over the copy's. ``compile`` is the seconds
 
 With ``--profile``, it prints instead, for each ``N``, the nanoseconds per
 step each kernel of the ``default``, ``active`` and ``naive`` scans takes
-(``_timing.kernel_profile``): where a step's time goes.
+(``_timing.kernel_profile``, on XLA:CPU): where a step's time goes.
 
 Usage::
 
@@ -185,7 +185,9 @@ def main(argv=None):
         "--steps", type=int, default=1000, help="stream length T for small N (default 1000)"
     )
     parser.add_argument(
-        "--profile", action="store_true", help="print each scan's kernels instead of the table"
+        "--profile",
+        action="store_true",
+        help="print each scan's kernels instead of the table (XLA:CPU)",
     )
     add_common_args(parser)
     args = parser.parse_args(argv)

@@ -114,6 +114,7 @@ def test_scaling(capsys):
         assert all(k > 0 for k in kernels), row
 
 
+@pytest.mark.requires(NEEDS["scaling"])
 def test_scaling_profile(capsys):
     out = run_main("scaling", ["--sizes", "8", "--steps", "20", "--profile"], capsys)
     lines = out.strip().splitlines()

@@ -139,7 +139,6 @@ def test_wrap_env_fn_puts_the_transform_outermost_and_leaves_evaluation_raw():
         rnb.wrap_env_fn(jnp.tanh)  # type: ignore[arg-type]  # the wrong type on purpose
 
 
-@pytest.mark.slow
 class IntegerRewards(brax_envs.Wrapper):  # type: ignore[name-defined]  # brax is untyped
     """Rewards as int32, as some environments return them."""
 

@@ -7,6 +7,7 @@ default 30k steps: Brax's own PPO trains through the adapter's
 learns; the script prints its table and saves the curves.
 """
 
+import numpy as np
 import pytest
 
 from benchmarks import brax_scale
@@ -16,14 +17,16 @@ pytest.importorskip("brax", reason="the brax extra is not installed")
 pytest.importorskip("matplotlib", reason="the demo extra is not installed")
 
 
+@pytest.mark.slow
 def test_brax_ppo_learns_on_normalized_rewards_through_brax_scale(capsys, tmp_path):
     plot = tmp_path / "curves.png"
     argv = ["--envs", "inverted_pendulum", "--seeds", "1", "--num-evals", "4"]
     argv += ["--variants", "normalized", "--plot", str(plot), "--markdown"]
     results = brax_scale.main(argv)
-    ((steps, returns, _),) = results["inverted_pendulum"]["normalized"]
+    ((steps, returns, lengths, _),) = results["inverted_pendulum"]["normalized"]
     assert steps.tolist() == [0, 10240, 20480, 30720]
-    # Raw returns: the pendulum pays 1 per step balanced, at most its 200-step episode.
+    # Raw returns: the pendulum pays 1 per step balanced, so a return is its episode's length.
+    np.testing.assert_allclose(returns, lengths, rtol=1e-5)
     assert all(0 < r <= 200 for r in returns), returns
     assert returns[-1] > 2 * returns[0], returns  # it learns
     (row,) = table_rows(capsys.readouterr().out)

@@ -517,7 +517,7 @@ def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool 
         first_bad = jnp.argmin(in_range.ravel())
         checkify.debug_check(
             jnp.all(in_range),
-            f"{valid}, got {{}} at {per} {{}} (a flat index; bad ids: {{}}).",
+            f"{valid}, got {{}} at flat index {{}} of the {per}s' ids ({{}} out of range).",
             task.ravel()[first_bad],
             first_bad,
             jnp.sum(~in_range),

@@ -231,8 +231,9 @@ def popart(
         ``step``, for targets, tasks or masks whose shapes disagree, a state
         of other hyperparameters, more targets per update than
         ``1 / step_size``, or (outside ``jit``) a task id outside
-        :math:`[0, K)`. Inside ``jit`` such a target joins no statistics and
-        normalizes to NaN.
+        :math:`[0, K)`. Inside ``jit`` that is a ``checkify`` error where the
+        caller runs under ``jax.experimental.checkify.checkify``; without it
+        such a target joins no statistics and normalizes to NaN.
       TypeError: for targets that are not real numbers, tasks that are not
         integers, or a mask that is not numbers.
 

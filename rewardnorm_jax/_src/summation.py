@@ -57,7 +57,7 @@ rows, which ran the step at 2.3x the naive step's time at N = 4096.
 
 On a GPU (jaxlib 0.11.2, one H200, the same scripts), the plain sums are the
 faster form: the step ran at 1.0-1.3x the naive step's time from N = 1 to
-16M with them, and at 1.4-7x with the tuned ones, whose one-trip loop waits
+16M with them, and at 1.3-7x with the tuned ones, whose one-trip loop waits
 on the host at every step. Three statistics per environment ran the step
 at 1.5-2.9x the naive scalar step's time from N = 4096 to 4M summed as wide
 rows, and at 1.6-13x summed over the narrow ``(E, 3)`` array (which was
@@ -159,9 +159,10 @@ def _sum_batch(x, num_batch_axes: int):
 
     Several statistics (``s = prod(S)`` of them, ``1 < s < _ROW``) are summed
     as rows of ``k = _ROW // s`` entries side by side, ``(E / k, k s)``, then
-    the ``k`` partial sums of each statistic added: a GPU sums a narrow
-    ``(E, s)`` array over ``E`` 4-13x slower (three statistics, ``E`` from 4096
-    to 4M, H200), as its threads each read a few of a row's values.
+    the ``k`` partial sums of each statistic added: the whole step with three
+    statistics ran 2-5x slower on a GPU with a narrow ``(E, s)`` array summed
+    over ``E`` (``E`` = 4096, 1M, 4M on an H200; only at 65536 was it faster, by
+    a fifth), as the GPU's threads each read a few of a row's values.
     """
     stats_shape = x.shape[num_batch_axes:]
     statistics = math.prod(stats_shape)
