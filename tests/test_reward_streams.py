@@ -169,6 +169,32 @@ def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
     assert rn.count_as_int(good.stats).tolist() == [3, 0]
 
 
+@pytest.mark.parametrize(
+    ("dtype", "num_tasks"), [("uint8", 256), ("int8", 128), ("uint16", 65536), ("uint8", 300)]
+)
+def test_ids_of_a_dtype_that_cannot_hold_the_number_of_tasks(dtype, num_tasks):
+    transform = rn.normalize_reward(GAMMA, num_tasks=num_tasks)
+    ids = jnp.array([0, 1, 2, 100], dtype)
+    rewards = jnp.array([1.0, 2.0, 3.0, 4.0])
+
+    def step(state, ids):
+        return transform.step(rn.set_task(state, ids), rewards, False, False)
+
+    eager = step(transform.init((4,)), ids)
+    traced = jax.jit(step)(transform.init((4,)), ids)
+    error, checked = jax.jit(checkify.checkify(step))(transform.init((4,)), ids)
+    assert error.get() is None
+    for _, state in (eager, traced, checked):
+        assert state.task.tolist() == [0, 1, 2, 100]
+        counts = rn.count_as_int(state.stats)
+        assert counts[[0, 1, 2, 100]].tolist() == [1, 1, 1, 1]
+        assert int(counts.sum()) == 4
+    popart = rn.popart(step_size=0.1, num_tasks=num_tasks)
+    stats = popart.update(popart.init(), rewards, ids).stats
+    assert rn.count_as_int(stats)[[0, 1, 2, 100]].tolist() == [1, 1, 1, 1]
+    assert int(rn.count_as_int(stats).sum()) == 4
+
+
 def test_ids_outside_the_tasks_are_a_checkify_error_inside_jit():
     transform = rn.normalize_reward(GAMMA, num_tasks=4)
     state = transform.init((3,))

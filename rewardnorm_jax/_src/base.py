@@ -511,7 +511,10 @@ def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool 
         if bad.any():
             where = np.argwhere(bad).tolist()[:5]
             raise ValueError(f"{valid}, got {values[bad].tolist()[:5]} at {per}s {where}.")
-    in_range = (task >= 0) & (task < num_tasks)
+    # Ids narrower than 32 bits are compared as int32, which holds them exactly: K itself
+    # may not fit their dtype (256 tasks and uint8 ids).
+    ids = task.astype(jnp.int32) if jnp.iinfo(task.dtype).bits < 32 else task
+    in_range = (ids >= 0) & (ids < num_tasks)
     if isinstance(task, jax.core.Tracer) and task.size:
         # Checked only where the caller runs under checkify.checkify; dropped otherwise.
         first_bad = jnp.argmin(in_range.ravel())
@@ -522,8 +525,8 @@ def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool 
             first_bad,
             jnp.sum(~in_range),
         )
-    # An id outside [0, K) becomes -1 before the cast, so that no wide id wraps into range.
-    return jnp.where(in_range, task, -1).astype(jnp.int32)
+    # An id in [0, K) casts exactly; any other becomes -1, so that no wide id wraps into range.
+    return jnp.where(in_range, ids.astype(jnp.int32), -1)
 
 
 def check_count(name: str, value, *, minimum: int) -> int:

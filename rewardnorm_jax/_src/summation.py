@@ -86,9 +86,10 @@ def everywhere(form: str):
     """Within it, merges traced on any backend sum by one form, to compare the two.
 
     ``form`` is ``"plain"`` (:func:`plain_sums`) or ``"tuned"`` (:func:`cpu_sums`
-    and the merge in one kernel). It acts when a function is traced: a
-    function that ``jax.jit`` traced before keeps its compiled sums, so
-    compare functions traced anew inside.
+    and the merge in one kernel). It acts when a function is traced: JAX
+    caches the traces of jitted functions and of ``lax.scan``, ``cond`` and
+    ``while_loop`` bodies, so a function (or body) traced before keeps its
+    sums. Compare functions defined anew inside.
 
     Example:
       >>> with everywhere("plain"):
