@@ -54,9 +54,8 @@ def scan_of(transform, with_tasks=False):
     def scan(rewards, terminated, tasks):
         def body(state, xs):
             reward, done, task = xs
-            if with_tasks:
-                state = rn.set_task(state, task)
-            out, state = transform.step(state, reward, done, False)
+            ids = {"task": task} if with_tasks else {}
+            out, state = transform.step(state, reward, done, False, **ids)
             return state, out
 
         return jax.lax.scan(body, transform.init(rewards.shape[1:]), (rewards, terminated, tasks))[

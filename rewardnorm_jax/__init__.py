@@ -14,7 +14,7 @@ Adapters, each an extra that alone imports its framework:
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
 from rewardnorm_jax._src.checkpoint import load_state, save_state
 from rewardnorm_jax._src.checks import CheckFiniteRewardState, check_finite_reward
-from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward, set_task
+from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
     PercentileState,
@@ -78,7 +78,6 @@ __all__ = [
     "preserve_outputs",
     "save_state",
     "scale_reward",
-    "set_task",
     "signed_hyperbolic",
     "signed_hyperbolic_reward",
     "signed_parabolic",

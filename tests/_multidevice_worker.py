@@ -388,7 +388,7 @@ def keyed(dtype_name: str) -> dict:
 
             def body(state, xs):
                 reward, done, task = xs
-                out, state = transform.step(rn.set_task(state, task), reward, done, False)
+                out, state = transform.step(state, reward, done, False, task=task)
                 return state, out
 
             state, out = jax.lax.scan(body, state, (rewards, terminated, tasks))
@@ -396,8 +396,8 @@ def keyed(dtype_name: str) -> dict:
 
         state = norm(None).init(rewards.shape[1:])
         ref_stats, ref_out = jax.jit(partial(run, None))(state, rewards, terminated, tasks)
-        # The state enters through in_specs: statistics replicated, returns and tasks sharded.
-        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"), task=P("device"))  # type: ignore[arg-type]  # a pytree of specs
+        # The state enters through in_specs: statistics replicated, returns sharded.
+        state_spec = rn.NormalizeRewardState(stats=P(), ret=P("device"))  # type: ignore[arg-type]  # a pytree of specs
         results = {}
         for parts in (2, 8):
             mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))

@@ -239,3 +239,24 @@ def test_brax_sac_trains_on_normalized_rewards_and_evaluates_raw_returns():
         last["eval/episode_reward"], last["eval/avg_episode_length"], rtol=1e-5
     )
     assert "eval/episode_raw_reward" not in last  # evaluation saw no transform
+
+
+def test_wrap_env_fn_passes_task_ids_to_a_keyed_chain():
+    # Keyed statistics behind wrap_env_fn got no ids: every environment merged into task 0.
+    transform = rn.chain(rn.normalize_reward(GAMMA, num_tasks=3), rn.clip_reward(-5.0, 5.0))
+    with pytest.raises(ValueError, match="num_tasks and task_of go together"):
+        rnb.wrap_env_fn(transform)
+    task_of = lambda state: jnp.arange(4) % 3  # noqa: E731  (environment i runs task i % 3)
+    fn = rnb.wrap_env_fn(transform, task_of=task_of)
+    env = fn(brax_envs.get_environment("inverted_pendulum", backend="positional"))
+    state = env.reset(jax.random.split(jax.random.PRNGKey(0), 4))
+    for _ in range(5):
+        state = jax.jit(env.step)(state, jnp.zeros((4, 1)))
+    stats = rnb.get_transform_state(state)[0].stats
+    assert rn.count_as_int(stats).tolist() == [10, 5, 5]
+
+
+def test_components_on_scalar_brax_rewards_is_refused():
+    wrapped = rnb.NormalizeReward(pendulum(), components=1)
+    with pytest.raises(ValueError, match=r"has components=1: .* one number per environment"):
+        wrapped.reset(jax.random.split(jax.random.PRNGKey(0), 4))

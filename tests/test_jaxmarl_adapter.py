@@ -198,3 +198,33 @@ def test_around_a_batched_environment_one_set_equals_the_named_vmap():
     _, (expected, _, named_infos) = jax.tree.map(np.asarray, vmapped(named, steps=30))
     np.testing.assert_array_equal(infos["raw_reward"], named_infos["raw_reward"])
     np.testing.assert_allclose(reward, expected, rtol=1e-6)
+
+
+def test_team_statistics_per_task_take_one_id_per_environment():
+    # With team statistics the agent axis counts as environments to the transform; the
+    # wrapper gives one id per environment, which every agent of it shares.
+    env = jaxmarl.make("MPE_simple_spread_v3")
+    parity = lambda state: jnp.asarray(state.step % 2, jnp.int32)  # noqa: E731
+    wrapped = rnm.NormalizeReward(env, GAMMA, num_tasks=2, task_of=parity, axis_name="envs")
+    state, _ = vmapped(wrapped, steps=3)
+    agents = len(env.agents)
+    counts = rn.count_as_int(rnm.get_transform_state(state).stats)[0]  # copy of environment 0
+    assert counts.tolist() == [2 * NUM_ENVS * agents, NUM_ENVS * agents]  # steps 0, 2 and 1
+    wrong = rnm.NormalizeReward(
+        env, num_tasks=2, task_of=lambda s: jnp.zeros(agents, jnp.int32), axis_name="envs"
+    )
+    with pytest.raises(ValueError, match=r"task_of returned ids of shape \(3,\); expected \(\)"):
+        vmapped(wrong, steps=1)
+
+
+def test_with_stats_from_another_vmapped_batch_names_the_form_that_works():
+    wrapped = rnm.NormalizeReward(jaxmarl.make("MPE_simple_spread_v3"), axis_name="envs")
+    reset = jax.vmap(wrapped.reset, axis_name="envs")
+    _, four = reset(jax.random.split(jax.random.PRNGKey(0), 4))
+    _, eight = reset(jax.random.split(jax.random.PRNGKey(1), 8))
+    stats_from = rnm.get_transform_state(eight)
+    with pytest.raises(ValueError, match=r"jax.vmap\(with_stats_from, in_axes=\(0, None\)\)"):
+        rnm.with_stats_from(four, stats_from)
+    one = jax.tree.map(lambda x: x[0], stats_from)
+    moved = jax.vmap(rnm.with_stats_from, in_axes=(0, None))(four, one)
+    assert rnm.get_transform_state(moved).ret.shape == (4, len(wrapped.agents))

@@ -56,3 +56,29 @@ def test_per_environment_statistics_and_foreign_states_are_refused():
         rn.normalize_sampled(rn.normalize_reward(g_max=10.0), rn.normalize_reward().init(4), 1.0)
     with pytest.raises(ValueError, match=r"transform should be a rewardnorm_jax\.RewardTransform"):
         rn.normalize_sampled(jnp.tanh, None, 1.0)  # type: ignore[arg-type]  # on purpose
+
+
+@pytest.mark.parametrize("num_samples", [4, 6])  # the collecting batch's size, or another
+def test_samples_are_normalized_by_their_own_tasks(num_samples):
+    # A sample shaped like the collecting batch was divided by the statistics of the task
+    # its position's environment ran at the end of collection.
+    norm = rn.normalize_reward(0.99, num_tasks=3)
+    state = norm.init(4)
+    collecting = jnp.array([0, 1, 2, 2])
+    for t in range(5):
+        rewards = jnp.array([1.0, 10.0, 100.0, 300.0]) * (1.0 + 0.1 * t)
+        _, state = norm.step(state, rewards, task=collecting)
+    rng = np.random.default_rng(0)
+    sampled = jnp.asarray(rng.normal(0.0, 50.0, num_samples), jnp.float32)
+    ids = jnp.asarray(rng.permutation(np.arange(num_samples) % 3), jnp.int32)
+    out = rn.normalize_sampled(norm, state, sampled, ids)
+    var = np.asarray(state.stats.var, np.float64)
+    expected = np.asarray(sampled, np.float64) / np.sqrt(var[np.asarray(ids)] + 1e-8)
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"num_tasks=3\) .* needs each environment's task"):
+        rn.normalize_sampled(norm, state, sampled)
+    with pytest.raises(ValueError, match="task has shape"):
+        rn.normalize_sampled(norm, state, sampled, ids[:2])
+    plain = rn.normalize_reward(0.99)
+    with pytest.raises(ValueError, match="task was given"):
+        rn.normalize_sampled(plain, plain.init(4), sampled, ids)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
@@ -40,9 +41,8 @@ def run(transform, rewards, terminated, dtype, tasks=None):
 
     def body(state, inputs):
         reward, done, *task = inputs
-        if task:
-            state = rn.set_task(state, task[0])
-        out, state = transform.step(state, reward, done, False)
+        ids = {"task": task[0]} if task else {}
+        out, state = transform.step(state, reward, done, False, **ids)
         return state, out
 
     inputs: tuple = (jnp.asarray(rewards, dtype), jnp.asarray(terminated))
@@ -137,11 +137,10 @@ def test_per_task_statistics_follow_ids_drawn_again_at_episode_ends(dtype):
 
 def test_a_task_absent_from_a_step_is_unchanged_bit_for_bit():
     transform = rn.normalize_reward(GAMMA, num_tasks=3)
-    state = rn.set_task(transform.init((4,)), jnp.array([0, 1, 2, 2]))
-    _, state = transform.step(state, jnp.array([1.0, 2.0, 3.0, 4.0]), False, False)
+    state = transform.init((4,))
+    _, state = transform.step(state, jnp.array([1.0, 2.0, 3.0, 4.0]), task=jnp.array([0, 1, 2, 2]))
     before = state.stats
-    state = rn.set_task(state, jnp.array([0, 0, 2, 2]))
-    _, state = transform.step(state, jnp.array([5.0, 6.0, 7.0, 8.0]), False, False)
+    _, state = transform.step(state, jnp.array([5.0, 6.0, 7.0, 8.0]), task=jnp.array([0, 0, 2, 2]))
     np.testing.assert_array_equal(state.stats.moments[1], before.moments[1])
     np.testing.assert_array_equal(state.stats.count_words[1], before.count_words[1])
 
@@ -149,16 +148,17 @@ def test_a_task_absent_from_a_step_is_unchanged_bit_for_bit():
 def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
     transform = rn.normalize_reward(GAMMA, num_tasks=2)
     state = transform.init((3,))
+    rewards = jnp.array([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"task ids should be in \[0, 2\)"):
-        rn.set_task(state, np.array([0, 2, 1]))
-    with pytest.raises(TypeError, match="task should be integers"):
-        rn.set_task(state, np.array([0.0, 1.0, 1.0]))
+        transform.step(state, rewards, task=np.array([0, 2, 1]))
+    with pytest.raises(TypeError, match=r"task should be integer ids in \[0, 2\)"):
+        transform.step(state, rewards, task=np.array([0.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match=r"task has shape \(2,\); expected \(3,\)"):
-        rn.set_task(state, np.array([0, 1]))
+        transform.normalize(state, rewards, task=np.array([0, 1]))
 
     @jax.jit
     def step_with(state, task):  # inside jit (without checkify) the ids are not checked
-        return transform.step(rn.set_task(state, task), jnp.array([1.0, 2.0, 3.0]), False, False)
+        return transform.step(state, rewards, False, False, task=task)
 
     out, bad = step_with(state, jnp.array([0, 5, -1]))
     _, good = step_with(state, jnp.array([0, 0, 0]))
@@ -178,14 +178,13 @@ def test_ids_of_a_dtype_that_cannot_hold_the_number_of_tasks(dtype, num_tasks):
     rewards = jnp.array([1.0, 2.0, 3.0, 4.0])
 
     def step(state, ids):
-        return transform.step(rn.set_task(state, ids), rewards, False, False)
+        return transform.step(state, rewards, False, False, task=ids)
 
     eager = step(transform.init((4,)), ids)
     traced = jax.jit(step)(transform.init((4,)), ids)
     error, checked = jax.jit(checkify.checkify(step))(transform.init((4,)), ids)
     assert error.get() is None
     for _, state in (eager, traced, checked):
-        assert state.task.tolist() == [0, 1, 2, 100]
         counts = rn.count_as_int(state.stats)
         assert counts[[0, 1, 2, 100]].tolist() == [1, 1, 1, 1]
         assert int(counts.sum()) == 4
@@ -201,7 +200,7 @@ def test_ids_outside_the_tasks_are_a_checkify_error_inside_jit():
 
     def run(state, tasks):  # a scan over the ids of T steps, (T, 3)
         def body(state, task):
-            out, state = transform.step(rn.set_task(state, task), jnp.ones(3), False, False)
+            out, state = transform.step(state, jnp.ones(3), False, False, task=task)
             return state, out
 
         return jax.lax.scan(body, state, tasks)
@@ -237,8 +236,69 @@ def test_tasks_need_shared_statistics_and_a_whole_number():
         rn.normalize_reward(num_tasks=0)
     with pytest.raises(ValueError, match="fewer axes than components=2"):
         rn.normalize_reward(components=2).init((4,))
-    with pytest.raises(ValueError, match="set_task needs the state"):
-        rn.set_task(rn.normalize_reward().init((4,)), np.zeros(4, int))
+
+
+def test_a_keyed_transform_needs_ids_and_others_refuse_them():
+    keyed = rn.normalize_reward(GAMMA, num_tasks=3)
+    state = keyed.init((4,))
+    for call in (
+        lambda: keyed.step(state, jnp.ones(4)),
+        lambda: keyed.update(state, jnp.ones(4)),
+        lambda: keyed.normalize(state, jnp.ones(4)),
+        lambda: jax.jit(keyed.step)(state, jnp.ones(4)),
+    ):
+        with pytest.raises(ValueError, match=r"num_tasks=3\) .* needs each environment's task"):
+            call()
+    ids = np.zeros(4, int)
+    for transform in (rn.normalize_reward(), rn.clip_reward(), rn.percentile_scale_reward()):
+        plain = transform.init((4,))
+        with pytest.raises(ValueError, match=r"task was given .* keeps no per-task statistics"):
+            transform.step(plain, jnp.ones(4), task=ids)
+        with pytest.raises(ValueError, match=r"task was given .* keeps no per-task statistics"):
+            transform.normalize(plain, jnp.ones(4), task=ids)
+    plain_chain = rn.chain(rn.normalize_reward(), rn.clip_reward())
+    with pytest.raises(ValueError, match=r"task was given .* chain keeps no per-task"):
+        plain_chain.step(plain_chain.init((4,)), jnp.ones(4), task=ids)
+    with pytest.raises(ValueError, match=r"different numbers of tasks \(num_tasks=\[2, 3\]\)"):
+        rn.chain(rn.normalize_reward(num_tasks=2), rn.normalize_reward(num_tasks=3))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_chain_passes_the_ids_to_its_keyed_members(jit):
+    # Every environment merged into task 0 when only a NormalizeReward wrapper set the ids.
+    ids = jnp.array([0, 1, 1, 2, 2])
+    rewards = jnp.array([1.0, 2.0, 3.0, 40.0, 50.0])
+    alone = rn.normalize_reward(0.9, num_tasks=3)
+    chained = rn.chain(rn.scale_reward(1.0), alone, rn.clip_reward(-5.0, 5.0))
+    assert chained.num_tasks == 3
+    step = jax.jit(chained.step) if jit else chained.step
+    out, state = rewards, chained.init((5,))
+    for _ in range(3):
+        out, state = step(state, rewards, task=ids)
+    alone_step = jax.jit(alone.step) if jit else alone.step
+    expected, alone_state = rewards, alone.init((5,))
+    for _ in range(3):
+        expected, alone_state = alone_step(alone_state, rewards, task=ids)
+    assert rn.count_as_int(state[1].stats).tolist() == [3, 6, 6]
+    np.testing.assert_array_equal(out, jnp.clip(expected, -5.0, 5.0))
+    np.testing.assert_array_equal(
+        chained.normalize(state, rewards, task=ids),
+        jnp.clip(alone.normalize(alone_state, rewards, task=ids), -5.0, 5.0),
+    )
+
+
+def test_one_id_per_environment_serves_all_its_components():
+    # Agents of one environment (components=0: the agent axis counts as environments)
+    # share the environment's id, as an episode end is theirs too.
+    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    state = transform.init((3, 4))  # 3 environments, 4 agents
+    rewards = jnp.arange(12.0).reshape(3, 4)
+    _, by_env = transform.step(state, rewards, task=jnp.array([0, 1, 1]))
+    _, by_reward = transform.step(state, rewards, task=jnp.array([[0] * 4, [1] * 4, [1] * 4]))
+    assert rn.count_as_int(by_env.stats).tolist() == [4, 8]
+    np.testing.assert_array_equal(by_env.stats.moments, by_reward.stats.moments)
+    with pytest.raises(ValueError, match=r"task has shape \(4,\); expected \(3, 4\)"):
+        transform.step(state, rewards, task=jnp.zeros(4, int))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -337,21 +397,39 @@ def test_an_inactive_first_return_is_not_the_shift():
 def test_task_ids_of_any_width_and_from_lists():
     with jax.enable_x64(True):
         transform = rn.normalize_reward(GAMMA, num_tasks=2)
-        state = rn.set_task(transform.init((2,)), [1, 0])  # a list of ids
-        assert np.asarray(state.task).tolist() == [1, 0]
+        _, state = transform.step(transform.init((2,)), jnp.ones(2), task=[1, 1])  # a list
+        assert rn.count_as_int(state.stats).tolist() == [0, 2]
+        state = transform.init((2,))
 
         @jax.jit
         def step(state, task):
-            return transform.step(rn.set_task(state, task), jnp.ones(2), False, False)
+            return transform.step(state, jnp.ones(2), False, False, task=task)
 
         out, state = step(state, jnp.array([2**32 + 1, 0], jnp.int64))  # never wraps to 1
         assert np.isnan(out[0])
         assert rn.count_as_int(state.stats).tolist() == [1, 0]
 
 
-def test_a_checkpoint_with_task_ids_outside_the_tasks_is_refused():
+def test_task_ids_that_are_no_integers_are_named():
     transform = rn.normalize_reward(GAMMA, num_tasks=2)
-    state = transform.init((3,))
-    crafted = state.replace(task=jnp.array([0, 5, 1], jnp.int32))
-    with pytest.raises(ValueError, match=r"task ids in \[0, 2\)"):
-        rn.load_state(state, rn.save_state(crafted))
+    state = transform.init((2,))
+    for ids in (np.array([1, 0], "timedelta64[s]"), np.array([True, False]), "0"):
+        with pytest.raises(TypeError, match=r"task should be integer ids in \[0, 2\)"):
+            transform.step(state, jnp.ones(2), task=ids)  # type: ignore[arg-type]  # on purpose
+
+
+class EarlierKeyedState(struct.PyTreeNode):
+    """A keyed state as earlier versions saved it: with the environments' task ids."""
+
+    stats: rs.RunningStats
+    ret: jax.Array
+    ret_abs_max: jax.Array | None = None
+    task: jax.Array | None = None
+
+
+def test_a_checkpoint_holding_task_ids_loads_without_them():
+    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    _, state = transform.step(transform.init((3,)), jnp.array([1.0, 2.0, 5.0]), task=[0, 1, 1])
+    earlier = EarlierKeyedState(state.stats, state.ret, task=jnp.array([0, 1, 1], jnp.int32))
+    loaded = rn.load_state(transform.init((3,)), rn.save_state(earlier, transform.config))
+    assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), loaded, state))

@@ -133,3 +133,83 @@ def test_task_of_and_num_tasks_go_together():
         rgx.NormalizeReward(env, task_of=lambda s: s.task)
     with pytest.raises(TypeError, match="task_of should be a function"):
         rgx.NormalizeReward(env, num_tasks=4, task_of=3)  # type: ignore[arg-type]
+
+
+def test_a_keyed_member_of_a_chain_gets_the_ids_read_from_the_env_state():
+    # A RewardTransformWrapper around a chain merged every environment into task 0.
+    import rewardnorm_jax as rn
+    from rewardnorm_jax import gymnax as rgx
+
+    with jax.enable_x64(True):
+        bare = rgx.VecEnv(make_env())
+        transform = rn.chain(
+            rn.normalize_reward(GAMMA, dtype=jnp.float64, num_tasks=NUM_TASKS),
+            rn.clip_reward(-5.0, 5.0),
+        )
+        wrapped = rgx.RewardTransformWrapper(bare, transform, task_of=lambda s: s.task)
+        rewards, _, _ = rollout(wrapped, lambda state: state.env_state.task)
+        raw, terminated, tasks = rollout(bare, lambda state: state.task)
+    expected, _ = keyed_reference(raw, terminated, tasks)
+    np.testing.assert_allclose(rewards, np.clip(expected, -5.0, 5.0), rtol=1e-10)
+    with pytest.raises(ValueError, match="num_tasks and task_of go together"):
+        rgx.RewardTransformWrapper(bare, transform)  # the ids would never arrive
+
+
+def test_stats_from_with_another_batch_size_keeps_per_task_statistics():
+    import rewardnorm_jax as rn
+    from rewardnorm_jax import gymnax as rgx
+
+    wrapped = rgx.NormalizeReward(
+        rgx.VecEnv(make_env()), GAMMA, num_tasks=NUM_TASKS, task_of=lambda s: s.task
+    )
+    rollout(wrapped, lambda state: state.env_state.task)  # compiles the 16-env batch
+    _, state = wrapped.reset(jax.random.split(jax.random.key(1), NUM_ENVS), None)
+    for step_key in jax.random.split(jax.random.key(2), 5):
+        keys = jax.random.split(step_key, NUM_ENVS)
+        _, state, *_ = wrapped.step(keys, state, jnp.zeros(NUM_ENVS, jnp.int32), None)
+    trained = rgx.get_transform_state(state)
+    assert int(rn.count_as_int(trained.stats).sum()) == 5 * NUM_ENVS
+    # An evaluation batch of another size continues from the same per-task statistics.
+    _, evaluation = wrapped.reset(jax.random.split(jax.random.key(3), 3), None, stats_from=trained)
+    kept = rgx.get_transform_state(evaluation)
+    assert kept.ret.shape == (3,)
+    np.testing.assert_array_equal(kept.stats.moments, trained.stats.moments)
+    np.testing.assert_array_equal(kept.stats.count_words, trained.stats.count_words)
+    moved = rgx.with_stats_from(evaluation, trained)
+    np.testing.assert_array_equal(
+        rgx.get_transform_state(moved).stats.moments, trained.stats.moments
+    )
+    tasks = np.asarray(evaluation.env_state.task)
+    _, after, *_ = wrapped.step(
+        jax.random.split(jax.random.key(4), 3), evaluation, jnp.zeros(3, jnp.int32), None
+    )
+    counts = rn.count_as_int(rgx.get_transform_state(after).stats)
+    assert (counts - rn.count_as_int(trained.stats)).tolist() == np.bincount(
+        tasks, minlength=NUM_TASKS
+    ).tolist()
+
+
+def test_task_of_must_give_one_id_per_environment():
+    from rewardnorm_jax import gymnax as rgx
+
+    wrapped = rgx.NormalizeReward(
+        rgx.VecEnv(make_env()), num_tasks=NUM_TASKS, task_of=lambda s: s.task[:2]
+    )
+    _, state = wrapped.reset(jax.random.split(jax.random.key(0), 4), None)
+    with pytest.raises(ValueError, match=r"task_of returned ids of shape \(2,\); expected \(4,\)"):
+        wrapped.step(jax.random.split(jax.random.key(1), 4), state, jnp.zeros(4, jnp.int32), None)
+
+
+def test_components_on_scalar_rewards_of_a_batch_is_refused():
+    # components=1 took the environments' axis for components: one set per environment.
+    import rewardnorm_jax as rn
+    from rewardnorm_jax import gymnax as rgx
+
+    env = rgx.VecEnv(make_env())
+    keys = jax.random.split(jax.random.key(0), 4)
+    for wrapped in (
+        rgx.NormalizeReward(env, components=1),
+        rgx.RewardTransformWrapper(env, rn.chain(rn.normalize_reward(components=1))),
+    ):
+        with pytest.raises(ValueError, match=r"has components=1: .* one number per environment"):
+            wrapped.reset(keys, None)

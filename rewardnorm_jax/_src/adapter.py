@@ -5,8 +5,8 @@ An adapter (``rewardnorm_jax.gymnax``, ``rewardnorm_jax.brax``,
 :class:`TransformWrapper`, and keeps only what is its suite's own: reading the
 rewards and episode ends of a step, and where the raw reward is stored. Holding
 the transform, placing its statistics, the reward step, ``NormalizeReward``'s
-construction and the state accessors are written here, once. This module
-imports no environment framework.
+construction, the task ids of keyed statistics (``task_of``) and the state
+accessors are written here, once. This module imports no environment framework.
 
 The transform state and the freeze flag live either in a
 :class:`RewardWrapperState` around the inner state (gymnax, Jumanji, JaxMARL), or under
@@ -26,7 +26,7 @@ from flax import struct
 from rewardnorm_jax._src import base
 from rewardnorm_jax._src.base import RewardTransform, check_bool
 from rewardnorm_jax._src.checkpoint import check_values
-from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward, set_task
+from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward
 from rewardnorm_jax._src.running_stats import check_axis_name, participants
 
 PyTree = Any
@@ -49,13 +49,25 @@ class TransformWrapper:
 
     Subclasses list their suite's wrapper class after this one, whose
     ``__init__(env)`` it calls, and may say how their suite batches the
-    wrapper in ``batched_example`` (``{}`` is the wrapper's class name).
+    wrapper in ``batched_example`` (``{}`` is the wrapper's class name), how
+    many trailing axes of a step's rewards belong to one environment in
+    ``component_axes`` (JaxMARL's agents: 1), and, in ``known_layout``,
+    whether their suite's rewards have exactly those axes beyond the
+    environments (Jumanji's may hold agents too: it does not say).
     """
 
     batched_example = "{}(VecEnv(env))"
+    component_axes = 0
+    known_layout = True
 
     def __init__(
-        self, env: Any, transform: RewardTransform, *, axis_name: Any = None, per_env: bool = False
+        self,
+        env: Any,
+        transform: RewardTransform,
+        *,
+        axis_name: Any = None,
+        per_env: bool = False,
+        task_of: Callable[[Any], jax.Array] | None = None,
     ):
         """Wraps ``env``.
 
@@ -68,20 +80,30 @@ class TransformWrapper:
           per_env: for a wrapper serving one environment: keep statistics of
             that environment alone (one set per environment under an unnamed
             ``jax.vmap``).
+          task_of: for a keyed transform (built with ``num_tasks=K``, alone or
+            in a :func:`~rewardnorm_jax.chain`): a function of the wrapped
+            environment's state returning each environment's task id
+            (integers in ``[0, K)``, one per environment: shape ``()`` for a
+            wrapper serving one environment, ``(N,)`` for a batch of N). Every
+            step reads the ids from the state the step starts in (the task
+            its reward belongs to) and passes them to the transform.
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`,
             ``env`` already holds an adapter's wrapper (compose transforms
-            with :func:`~rewardnorm_jax.chain` in one wrapper), or both
-            ``per_env`` and ``axis_name`` are given.
-          TypeError: if ``per_env`` is not a bool or ``axis_name`` no axis
-            name (a name that no map binds is refused at the reset).
+            with :func:`~rewardnorm_jax.chain` in one wrapper), both
+            ``per_env`` and ``axis_name`` are given, or ``task_of`` is given
+            for a transform without ``num_tasks`` (or left out for one with).
+          TypeError: if ``per_env`` is not a bool, ``axis_name`` no axis
+            name (a name that no map binds is refused at the reset), or
+            ``task_of`` not callable.
         """
         check_not_nested(env)
         super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper, next in the MRO
         self._transform = check_transform(transform)
         self._axis_name = check_axis_name(axis_name)
         self._per_env = check_bool("per_env", per_env)
+        self._task_of = check_task_of(task_of, self._transform)
         if self._per_env and self._axis_name is not None:
             raise ValueError(
                 f"per_env=True keeps one set of statistics per environment, axis_name="
@@ -103,8 +125,12 @@ class TransformWrapper:
         along an axis), which the placement rules do not count as a batch.
 
         Raises:
-          ValueError: as :func:`check_placement` (at the reset, not at the first step).
+          ValueError: as :func:`check_placement` (at the reset, not at the first
+            step); for a transform whose ``components`` exceed the reward axes
+            of one environment (each environment would get its own statistics).
         """
+        if self.known_layout:
+            check_components(type(self).__name__, self._transform, batch_shape, component_shape)
         transform_state = self._transform.init(batch_shape + component_shape)
         check_placement(
             type(self).__name__,
@@ -142,17 +168,20 @@ class TransformWrapper:
         Episode ends of one environment spread to all its rewards (per-agent
         rewards share their step's end), as :func:`align_flag` says. With
         ``task_of``, each environment's task is read from ``env_state``, the
-        state the step started from (the task its reward belongs to).
+        state the step started from (the task its reward belongs to), and
+        passed to the transform as ``task=``.
         """
-        task_of = getattr(self, "_task_of", None)
-        if task_of is not None:
-            transform_state = set_task(transform_state, task_of(env_state))
+        task = None
+        if self._task_of is not None:
+            env_shape = jnp.shape(reward)[: jnp.ndim(reward) - self.component_axes]
+            task = check_task_shape(type(self).__name__, self._task_of(env_state), env_shape)
         return self._transform.step(
             transform_state,
             reward,
             align_flag("terminated", terminated, reward),
             align_flag("truncated", truncated, reward),
             update_stats,
+            **({} if task is None else {"task": task}),
         )
 
 
@@ -190,10 +219,10 @@ class NormalizeRewardWrapper(TransformWrapper):
             keep statistics of that environment alone (one set per environment
             under an unnamed ``jax.vmap``); ``shared=False`` says the same.
           task_of: with ``num_tasks=K``, a function of the wrapped
-            environment's state returning each environment's task id (integers
-            in ``[0, K)``, the environments' shape): every step merges each
-            return into its task's statistics (see
-            :func:`~rewardnorm_jax.set_task`).
+            environment's state returning each environment's task id
+            (integers in ``[0, K)``, one per environment): every step merges
+            each return into its task's statistics (see
+            :class:`TransformWrapper`).
           **options: further options of :func:`~rewardnorm_jax.normalize_reward`
             (``decay``, ``shared``, ``g_max``, ``finite_rewards``, ``components``,
             ``num_tasks``, ``episodic``), passed through.
@@ -204,14 +233,6 @@ class NormalizeRewardWrapper(TransformWrapper):
             ``num_tasks`` (or ``num_tasks`` without ``task_of``).
           TypeError: if ``task_of`` is not callable.
         """
-        if (task_of is None) != (options.get("num_tasks") is None):
-            raise ValueError(
-                "num_tasks and task_of go together: num_tasks=K keeps one set of statistics "
-                "per task, and task_of(env_state) says each environment's task; got "
-                f"num_tasks={options.get('num_tasks')!r}, task_of={task_of!r}."
-            )
-        if task_of is not None and not callable(task_of):
-            raise TypeError(f"task_of should be a function of the env state, got {task_of!r}.")
         transform = normalize_reward(
             gamma,
             epsilon,
@@ -221,10 +242,85 @@ class NormalizeRewardWrapper(TransformWrapper):
             axis_name=axis_name,
             **options,
         )
-        super().__init__(env, transform, axis_name=axis_name, per_env=per_env)
-        self._task_of = task_of
+        super().__init__(env, transform, axis_name=axis_name, per_env=per_env, task_of=task_of)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
+
+
+def check_task_of(task_of: Any, transform: RewardTransform) -> Callable[[Any], jax.Array] | None:
+    """``task_of``, after checking it is given exactly for a keyed transform.
+
+    Raises:
+      ValueError: for ``task_of`` with a transform that keeps no per-task
+        statistics, or a keyed transform without ``task_of`` (its statistics
+        would get no task ids).
+      TypeError: for a ``task_of`` that is not callable.
+    """
+    if (task_of is None) != (transform.num_tasks is None):
+        raise ValueError(
+            "num_tasks and task_of go together: a transform built with num_tasks=K keeps one "
+            "set of statistics per task, and task_of(env_state) says each environment's "
+            f"task; got a transform with num_tasks={transform.num_tasks!r} and "
+            f"task_of={task_of!r}. E.g. NormalizeReward(env, 0.99, num_tasks=K, "
+            "task_of=lambda env_state: env_state.task)."
+        )
+    if task_of is not None and not callable(task_of):
+        raise TypeError(f"task_of should be a function of the env state, got {task_of!r}.")
+    return task_of
+
+
+def check_task_shape(wrapper: str, task: Any, env_shape: tuple[int, ...]) -> Any:
+    """``task``, after checking ``task_of`` gave one id per environment (``env_shape``).
+
+    Raises:
+      ValueError: naming ``task_of``, the shape it returned and the environments'.
+    """
+    if jnp.shape(task) != env_shape:
+        serves = (
+            "one environment"
+            if env_shape == ()
+            else f"a batch of environments of shape {env_shape}"
+        )
+        raise ValueError(
+            f"{wrapper}'s task_of returned ids of shape {jnp.shape(task)}; expected "
+            f"{env_shape}, one task id per environment (this wrapper serves {serves})."
+        )
+    return task
+
+
+def check_components(
+    wrapper: str,
+    transform: RewardTransform,
+    batch_shape: tuple[int, ...],
+    component_shape: tuple[int, ...],
+) -> None:
+    """Refuses a transform that would take environment axes for components of one reward.
+
+    ``components=c`` takes the rewards' last ``c`` axes as components of one
+    environment's reward (objectives, agents), each with statistics of its
+    own. Around rewards with fewer such axes it would take the environments'
+    axis for components, and every environment would silently keep its own
+    statistics.
+
+    Raises:
+      ValueError: naming ``components``, the rewards' layout and the fix.
+    """
+    if transform.components <= len(component_shape):
+        return
+    layout = (
+        "one number per environment"
+        if component_shape == ()
+        else f"{len(component_shape)} component axis per environment, shape {component_shape}"
+    )
+    raise ValueError(
+        f"{wrapper}'s transform has components={transform.components}: it takes the rewards' "
+        f"last {transform.components} axes as components of one environment's reward "
+        f"(objectives, agents), but this environment's rewards are {layout} (reward shape "
+        f"{batch_shape + component_shape}, environments {batch_shape}), so each environment "
+        f"would silently keep statistics of its own. Build the transform with "
+        f"components={len(component_shape)} for one set shared by the environments, or "
+        "with shared=False for one set per environment."
+    )
 
 
 def check_not_nested(env: Any) -> None:
@@ -596,7 +692,25 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
                 f"and dtype {jnp.result_type(given_leaf)}, expected shape "
                 f"{jnp.shape(fresh_leaf)} and dtype {jnp.result_type(fresh_leaf)} "
                 "(only the tracked returns may change batch size)."
+                + _vmapped_hint(jnp.shape(fresh_leaf), jnp.shape(given_leaf))
             )
         return given_leaf
 
     return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)
+
+
+def _vmapped_hint(expected: tuple[int, ...], given: tuple[int, ...]) -> str:
+    """How to pass statistics between states batched by ``jax.vmap``, where the shapes say so.
+
+    Statistics that differ only in their leading axis may be copies held by
+    one wrapper per environment under a ``jax.vmap`` (with an ``axis_name``):
+    their leading axis is the batch, and another batch size is another length.
+    """
+    if not (expected and given and len(expected) == len(given) and expected[1:] == given[1:]):
+        return ""
+    return (
+        f" If both states come from a jax.vmap over wrappers of one environment each (a "
+        f"leading axis of {given[0]} copies where the state has {expected[0]}), pass one "
+        "environment's transform state under the map instead: jax.vmap(with_stats_from, "
+        "in_axes=(0, None))(state, jax.tree.map(lambda x: x[0], stats_from))."
+    )

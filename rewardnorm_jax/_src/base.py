@@ -21,6 +21,8 @@ ShapeLike = int | np.integer | Sequence[int]
 """A ``batch_shape`` argument: a size ``n`` (meaning ``(n,)``) or a sequence of sizes."""
 Real = float | np.floating | np.integer | np.ndarray | jax.Array
 """A hyperparameter: a Python or NumPy number, or a concrete 0-d array (see :func:`is_real`)."""
+TaskIds = jax.typing.ArrayLike | Sequence[int]
+"""The ``task`` input of a keyed transform: integer ids, an array or a sequence of ints."""
 
 
 class InitFn(Hashable, Protocol):
@@ -42,6 +44,7 @@ class UpdateFn(Protocol):
         truncated: jax.typing.ArrayLike = False,
         *,
         active: jax.typing.ArrayLike | None = None,
+        task: TaskIds | None = None,
     ) -> PyTree:
         """The state advanced by one environment step."""
         ...
@@ -50,7 +53,13 @@ class UpdateFn(Protocol):
 class NormalizeFn(Protocol):
     """Signature of :attr:`RewardTransform.normalize`."""
 
-    def __call__(self, state: PyTree, reward: jax.typing.ArrayLike) -> jax.Array:
+    def __call__(
+        self,
+        state: PyTree,
+        reward: jax.typing.ArrayLike,
+        *,
+        task: TaskIds | None = None,
+    ) -> jax.Array:
         """``reward`` transformed with the current state."""
         ...
 
@@ -67,6 +76,7 @@ class StepFn(Protocol):
         update_stats: jax.typing.ArrayLike = True,
         *,
         active: jax.typing.ArrayLike | None = None,
+        task: TaskIds | None = None,
     ) -> tuple[jax.Array, PyTree]:
         """``update`` then ``normalize``: the transformed reward and the new state."""
         ...
@@ -88,25 +98,35 @@ class RewardTransform(NamedTuple):
       init: ``init(batch_shape=()) -> state``. ``batch_shape`` is the shape of
         the reward arrays the transform will see (``()`` for one environment,
         ``(num_envs,)`` for a batch).
-      update: ``update(state, reward, terminated, truncated, *, active=None)
-        -> state``: advance the state by one environment step.
-      normalize: ``normalize(state, reward) -> reward``: transform rewards with
-        the current state, changing nothing.
+      update: ``update(state, reward, terminated, truncated, *, active=None,
+        task=None) -> state``: advance the state by one environment step.
+      normalize: ``normalize(state, reward, *, task=None) -> reward``:
+        transform rewards with the current state, changing nothing.
       step: ``step(state, reward, terminated, truncated, update_stats=True, *,
-        active=None) -> (reward, state)``: ``update`` then ``normalize``, in one
-        call. ``update_stats=False`` (a Python or traced boolean) freezes the
-        learned statistics while rewards are still transformed.
+        active=None, task=None) -> (reward, state)``: ``update`` then
+        ``normalize``, in one call. ``update_stats=False`` (a Python or traced
+        boolean) freezes the learned statistics while rewards are still
+        transformed.
       config: the transform's name and hyperparameters as a flat mapping of
         plain values (``{"transform": "normalize_reward", "gamma": 0.99,
         "semantics": "gymnasium", ...}``; a chain prefixes its members' keys
         with their position, ``"0/transform"``). Pass it as the metadata of
         :func:`~rewardnorm_jax.save_state` and :func:`~rewardnorm_jax.load_state`
         so a checkpoint of another configuration is refused by name.
+      num_tasks: ``None``, or the number :math:`K` of tasks of a keyed
+        transform (one set of statistics per task): its ``update``,
+        ``normalize`` and ``step`` then need ``task``, each environment's id
+        in ``[0, K)``, on every call.
+      components: how many trailing axes of a reward are components of one
+        environment's reward (objectives, agents) with statistics of their
+        own; 0 where every axis is an environment.
 
     ``terminated`` and ``truncated`` are booleans of the reward's shape (or
     scalars); ``active`` marks the environments that took part in this step
     (``False`` on Gymnasium's autoreset steps), default all. Integer and float
     flags count as true where nonzero (Brax's ``done`` is a float array).
+    ``task`` holds the integer task ids of this call's environments, an input
+    like the reward (a transform without ``num_tasks`` refuses one).
     Every function raises a TypeError at trace time for a flag that is not a
     number (``"False"`` would otherwise be true) and for rewards that are not
     real numbers (complex ones would lose their imaginary part).
@@ -117,24 +137,72 @@ class RewardTransform(NamedTuple):
     normalize: NormalizeFn
     step: StepFn
     config: Config = NO_CONFIG
+    num_tasks: int | None = None
+    components: int = 0
 
 
 def transform_from_step(
-    init: InitFn, normalize: NormalizeFn, step: StepFn, config: Config = NO_CONFIG
+    init: InitFn,
+    normalize: Callable,
+    step: Callable,
+    config: Config = NO_CONFIG,
+    *,
+    num_tasks: int | None = None,
+    components: int = 0,
 ) -> RewardTransform:
     """A :class:`RewardTransform` whose ``update`` is ``step``'s new state.
 
-    ``update(state, reward, terminated, truncated, *, active)`` is
-    ``step(state, reward, terminated, truncated, active=active)[1]``: the
-    statistics learn (``update_stats=True``) and the transformed reward is
+    ``update(state, reward, terminated, truncated, *, active, task)`` is
+    ``step(state, reward, terminated, truncated, active=active, task=task)[1]``:
+    the statistics learn (``update_stats=True``) and the transformed reward is
     dropped. The stateful transforms and :func:`~rewardnorm_jax.chain` are
     built by it, so their ``update`` and ``step`` never disagree.
+
+    A keyed transform (``num_tasks``) passes ``normalize`` and ``step`` that
+    take ``task=``; any other passes them without it, and the transform's
+    functions refuse a ``task`` (:func:`refuse_task`).
     """
+    if num_tasks is None:
+        normalize, step = _without_task(normalize, step, config)
 
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
-        return step(state, reward, terminated, truncated, active=active)[1]
+    def update(state, reward, terminated=False, truncated=False, *, active=None, task=None):
+        return step(state, reward, terminated, truncated, active=active, task=task)[1]
 
-    return RewardTransform(init, update, normalize, step, config)
+    return RewardTransform(init, update, normalize, step, config, num_tasks, components)
+
+
+def _without_task(normalize: Callable, step: Callable, config: Config) -> tuple[Callable, Callable]:
+    """``normalize`` and ``step`` taking ``task=None``, refusing any other."""
+
+    def normalize_unkeyed(state, reward, *, task=None):
+        refuse_task(task, config)
+        return normalize(state, reward)
+
+    def step_unkeyed(
+        state,
+        reward,
+        terminated=False,
+        truncated=False,
+        update_stats=True,
+        *,
+        active=None,
+        task=None,
+    ):
+        refuse_task(task, config)
+        return step(state, reward, terminated, truncated, update_stats, active=active)
+
+    return normalize_unkeyed, step_unkeyed
+
+
+def refuse_task(task, config: Config) -> None:
+    """Raises a ValueError for task ids given to a transform that keeps no per-task statistics."""
+    if task is not None:
+        name = config.get("transform", "this transform")
+        raise ValueError(
+            f"task was given ({describe(task)}), but {name} keeps no per-task statistics "
+            "(num_tasks=None), so the ids would be ignored: build it with num_tasks=K "
+            "(e.g. rn.normalize_reward(0.99, num_tasks=K)), or leave task out."
+        )
 
 
 def make_config(name: str, **hyperparameters) -> Config:
@@ -179,7 +247,11 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
         )
         return normalize(state, reward), state
 
-    return RewardTransform(init, update, normalize, step, config)
+    def update_unkeyed(state, reward, terminated=False, truncated=False, *, active=None, task=None):
+        refuse_task(task, config)
+        return update(state, reward, terminated, truncated, active=active)
+
+    return RewardTransform(init, update_unkeyed, *_without_task(normalize, step, config), config)
 
 
 def check_batch_shape(batch_shape, name: str = "batch_shape") -> Shape:
@@ -471,38 +543,63 @@ def check_update_stats(update_stats):
     return update_stats
 
 
-def check_task(task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool = False):
+def check_task(
+    task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool = False, leading: bool = False
+):
     """Task ids checked, as int32; ``-1`` for an id outside ``[0, K)`` under ``jit``.
 
     Args:
       task: integer ids, one per ``per`` (an environment, a target) of ``shape``;
-        with ``broadcast``, any shape that broadcasts to it (``jnp.arange(K)``).
+        with ``broadcast``, any shape that broadcasts to it (``jnp.arange(K)``);
+        with ``leading``, a leading part of it (one id for every trailing entry,
+        as an episode end of an environment is the end of all its rewards).
       shape: the shape the ids must have.
       num_tasks: :math:`K`.
       per: what each id belongs to, for the messages.
       broadcast: whether a shape that broadcasts to ``shape`` fits.
+      leading: whether a leading part of ``shape`` fits.
+
+    Returns:
+      The ids as int32, of ``task``'s own shape.
 
     Raises:
-      TypeError: for ids that are not integers.
+      TypeError: for ids that are not integers (floats, bools, NumPy's
+        ``timedelta64``).
       ValueError: for ids of another shape, or (when their values are known,
         outside ``jit``) an id outside ``[0, K)``, named with its position.
         Traced ids outside ``[0, K)`` are a ``checkify`` error where the
         caller runs under ``jax.experimental.checkify.checkify``.
+
+    Ids wider than 32 bits are checked at their full width, so no wide id
+    wraps into range here. Under ``jit`` without x64, JAX itself converts an
+    int64 argument to int32 before any library code sees it: an id of
+    ``2**32 + 1`` arrives as 1 and runs task 1. Keep ids in int32 there (or
+    enable ``jax_enable_x64``).
     """
+    dtype = _dtype_of(task)
+    if not (_is_real_dtype(dtype) and jnp.issubdtype(dtype, jnp.integer) and dtype != np.bool_):
+        raise TypeError(
+            f"task should be integer ids in [0, {num_tasks}), one per {per}, got "
+            f"task={describe(task)}."
+        )
     if not isinstance(task, jax.Array):
         task = np.asarray(task)  # a list or tuple of ids
-    if not jnp.issubdtype(task.dtype, jnp.integer):
-        raise TypeError(f"task should be integers, got dtype {task.dtype}.")
     fits = jnp.shape(task) == shape
+    if leading and not fits:
+        fits = jnp.shape(task) == shape[: jnp.ndim(task)]
     if broadcast and not fits:
         try:
             fits = np.broadcast_shapes(jnp.shape(task), shape) == shape
         except ValueError:
             fits = False
     if not fits:
+        also = ""
+        if broadcast:
+            also = " (or a shape that broadcasts to it)"
+        elif leading:
+            also = f" (or a leading part of it: one id for all the rewards of a {per})"
         raise ValueError(
-            f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}"
-            + (" (or a shape that broadcasts to it)." if broadcast else ".")
+            f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}{also}."
         )
     valid = f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks})"
     if not isinstance(task, jax.core.Tracer):

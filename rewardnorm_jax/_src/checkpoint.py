@@ -226,16 +226,8 @@ def check_return(ret, name: str = "ret") -> None:
 
 
 def _check_normalize_reward_state(state: NormalizeRewardState, name: str) -> None:
-    """The return, the running maximum of ``|G|`` of ``g_max`` in ``[0, +inf]``, task ids."""
+    """The return and the running maximum of ``|G|`` of ``g_max``, in ``[0, +inf]``."""
     check_return(state.ret, f"{name}.ret")
-    if state.task is not None:
-        tasks, num_tasks = np.asarray(state.task), state.stats.mean.shape[0]
-        _refuse_where(
-            f"{name}.task",
-            tasks,
-            (tasks < 0) | (tasks >= num_tasks),
-            f"task ids in [0, {num_tasks})",
-        )
     if state.ret_abs_max is not None:
         values = np.asarray(state.ret_abs_max)
         _refuse_where(
@@ -314,11 +306,23 @@ def _with_added_options(metadata: dict[str, Any], version: int) -> dict[str, Any
     return metadata
 
 
-def _with_added_fields(saved, expected):
-    """``saved`` with the state fields added since, ``None`` in ``expected`` (``task``), as None."""
+# State fields that older checkpoints hold and states no longer keep: the task ids of a
+# keyed normalize_reward, now an input of every step.
+_REMOVED_FIELDS = frozenset({"task"})
+
+
+def _with_current_fields(saved, expected):
+    """``saved`` with the fields states no longer keep dropped, and those added since as None.
+
+    A field added since is one that is ``None`` in ``expected`` and absent from ``saved``.
+    """
     if not (isinstance(saved, dict) and isinstance(expected, dict)):
         return saved
-    filled = {key: _with_added_fields(value, expected.get(key)) for key, value in saved.items()}
+    filled = {
+        key: _with_current_fields(value, expected.get(key))
+        for key, value in saved.items()
+        if key in expected or key not in _REMOVED_FIELDS
+    }
     for key, value in expected.items():
         if value is None and key not in saved:
             filled[key] = None
@@ -403,7 +407,9 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     metadata gains the options added since at the values version 1 implied
     (``finite_rewards=False``). Checkpoints saved before the reward streams
     load as one scalar, episodic stream (``components=0``, ``num_tasks=None``,
-    ``episodic=True``, no ``task`` field).
+    ``episodic=True``). The task ids that keyed states of earlier versions
+    held (field ``task``) are dropped on loading: ids are an input of every
+    step.
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
@@ -439,7 +445,7 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
         saved = _pack_v1_stats(saved)
     record["metadata"] = _with_added_options(record["metadata"], record["version"])
     expected = serialization.to_state_dict(template)
-    saved = _with_added_fields(saved, expected)
+    saved = _with_current_fields(saved, expected)
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
     template_static = _static_fields(template)

@@ -27,7 +27,6 @@ class NormalizeRewardState(struct.PyTreeNode):
     stats: rs.RunningStats
     ret: jax.Array  # batch_shape, the tracked discounted return G
     ret_abs_max: jax.Array | None = None  # stats shape, running max |G| (g_max only)
-    task: jax.Array | None = None  # int32, the environments' shape: each one's task (num_tasks)
 
 
 # Which hyperparameters shape which part of the state, for mismatch messages.
@@ -38,7 +37,6 @@ STATE_HINTS = {
     "stats/moments": "decay,shared,components,num_tasks,dtype",
     "ret_abs_max": "g_max,shared,components,num_tasks",
     "stats/count_words": "shared,components,num_tasks",
-    "task": "num_tasks,components",
 }
 
 
@@ -258,8 +256,16 @@ def normalize_reward(
         keeps the ratios between components.
       num_tasks: ``None``, or the number :math:`K` of tasks (levels): one
         set of statistics per task, each environment's return merged into its
-        task's set and its reward normalized by it. Set each environment's
-        task with :func:`~rewardnorm_jax.set_task`.
+        task's set and its reward normalized by it. Every ``step``,
+        ``update`` and ``normalize`` then takes ``task=``, the integer ids in
+        ``[0, K)`` of this call's environments (the rewards' shape without
+        their component axes, or a leading part of it); the ids are inputs,
+        like the rewards, and the state keeps none. Inside ``jit`` an id
+        outside ``[0, K)`` is a ``checkify`` error where the caller runs
+        under ``jax.experimental.checkify.checkify``; without it the entry
+        joins no task's statistics and its reward normalizes to NaN. Under
+        ``jit`` without x64, JAX converts int64 ids to int32 on the way in
+        (``2**32 + 1`` arrives as 1): pass int32 ids there.
       episodic: if false, the return never resets at episode ends (intrinsic
         rewards, as RND's): the flags are still checked, and never used.
 
@@ -327,21 +333,36 @@ def normalize_reward(
                 "the rewards' last `components` axes are their components (objectives, "
                 "agents), e.g. batch_shape=(num_envs, num_objectives) with components=1."
             )
-        env_shape = batch_shape[: len(batch_shape) - components]
-        component_shape = batch_shape[len(env_shape) :]
+        component_shape = batch_shape[len(batch_shape) - components :]
         tasks = () if num_tasks is None else (num_tasks,)
         stats_shape = tasks + component_shape if shared else batch_shape
         return NormalizeRewardState(
             stats=rs.init_stats(stats_shape, dtype, decay=decay),
             ret=jnp.zeros(batch_shape, dtype),
             ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
-            task=None if num_tasks is None else jnp.zeros(env_shape, jnp.int32),
         )
 
     def checked_batch_shape(state) -> base.Shape:
         batch_shape = base.shape_of(getattr(state, "ret", None))
         base.check_state(state, init, batch_shape, config, STATE_HINTS)
         return batch_shape
+
+    def checked_task(task, batch_shape: base.Shape) -> jax.Array | None:
+        """The environments' task ids (``None`` without ``num_tasks``), checked and spread."""
+        if num_tasks is None:  # transform_from_step refuses a task then
+            return None
+        env_shape = batch_shape[: len(batch_shape) - components]
+        if task is None:
+            raise ValueError(
+                f"normalize_reward(num_tasks={num_tasks}) keeps one set of statistics per "
+                "task and needs each environment's task id on every call: pass task=ids "
+                f"(integers in [0, {num_tasks}), shape {env_shape}), e.g. "
+                "norm.step(state, reward, terminated, truncated, task=ids); an adapter's "
+                "wrapper reads them with task_of=."
+            )
+        ids = base.check_task(task, env_shape, num_tasks, "environment", leading=True)
+        ids = ids.reshape(ids.shape + (1,) * (len(env_shape) - ids.ndim))
+        return jnp.broadcast_to(ids, env_shape)
 
     def divisor_var(running, ret_abs_max) -> jax.Array:
         """The variance the rewards are divided by (floored by ``g_max``)."""
@@ -359,11 +380,13 @@ def normalize_reward(
         passthrough = False if finite_rewards else ~jnp.isfinite(reward)
         return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
 
-    def normalize(state: NormalizeRewardState, reward) -> jax.Array:
-        base.check_step_inputs(checked_batch_shape(state), reward)
+    def normalize(state: NormalizeRewardState, reward, *, task=None) -> jax.Array:
+        batch_shape = checked_batch_shape(state)
+        base.check_step_inputs(batch_shape, reward)
+        task = checked_task(task, batch_shape)
         reward = jnp.asarray(reward, dtype)
         inverse = inverse_std(state.stats, state.ret_abs_max)
-        return scale(reward, rs.per_key(inverse, state.task))
+        return scale(reward, rs.per_key(inverse, task))
 
     def learn_returns(stats, ret, mask, task):
         """``stats`` (running statistics, max of ``|G|``) with ``ret`` learnt."""
@@ -385,8 +408,17 @@ def normalize_reward(
         )
         return running, ret_abs_max
 
-    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        checked_batch_shape(state)
+    def step(
+        state,
+        reward,
+        terminated=False,
+        truncated=False,
+        update_stats=True,
+        *,
+        active=None,
+        task=None,
+    ):
+        task = checked_task(task, checked_batch_shape(state))
         rs.participants(axis_name)  # an unbound axis_name is named before any collective
         reward, ret, (stats, ret_abs_max) = checked_return_step(
             state.ret,
@@ -399,11 +431,11 @@ def normalize_reward(
             gamma=gamma,
             semantics=semantics,
             dtype=dtype,
-            learn_returns=lambda stats, ret, mask: learn_returns(stats, ret, mask, state.task),
+            learn_returns=lambda stats, ret, mask: learn_returns(stats, ret, mask, task),
             finite_rewards=finite_rewards,
         )
         new_state = state.replace(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        inverse = rs.per_key(inverse_std(stats, ret_abs_max), state.task)
+        inverse = rs.per_key(inverse_std(stats, ret_abs_max), task)
         return scale(reward, inverse), new_state
 
     config = base.make_config(
@@ -421,7 +453,14 @@ def normalize_reward(
         num_tasks=num_tasks,
         episodic=episodic,
     )
-    return base.transform_from_step(init, normalize, step, config)
+    return base.transform_from_step(
+        init,
+        normalize,
+        step,
+        config,
+        num_tasks=num_tasks,
+        components=components,
+    )
 
 
 def keyed_max(old, values, mask, task, axis_name=None) -> jax.Array:
@@ -437,44 +476,3 @@ def keyed_max(old, values, mask, task, axis_name=None) -> jax.Array:
     if axis_name is not None:
         batch_max = jax.lax.pmax(batch_max, axis_name)
     return jnp.maximum(old, batch_max)
-
-
-def set_task(state, task) -> NormalizeRewardState:
-    """The state of a ``normalize_reward(num_tasks=K)`` with each environment's task set.
-
-    Call it whenever tasks change (after a reset, or every step with the ids
-    your level sampler holds); the next ``step`` merges each environment's
-    return into its task's statistics and normalizes its reward by them. The
-    return stays the environment's.
-
-    Args:
-      state: a :class:`NormalizeRewardState` of a transform built with ``num_tasks``.
-      task: integers in ``[0, num_tasks)``, one per environment (the rewards'
-        shape without their component axes).
-
-    Returns:
-      The state with ``task`` replaced.
-
-    Raises:
-      ValueError: for a state without tasks, ``task`` of another shape, or
-        (when its values are known, outside ``jit``) an id outside ``[0, K)``.
-        Inside ``jit`` the ids are checked where the caller runs under
-        ``jax.experimental.checkify.checkify`` (the error names the first bad
-        id and its environment); without it the check is compiled away, and an
-        entry with an id outside ``[0, K)`` joins no task's statistics and its
-        reward normalizes to NaN.
-      TypeError: for ``task`` that is not integers.
-
-    Example:
-      >>> norm = normalize_reward(num_tasks=3)
-      >>> state = set_task(norm.init((4,)), jnp.array([0, 2, 2, 1]))
-      >>> state.task.tolist()
-      [0, 2, 2, 1]
-    """
-    if not isinstance(state, NormalizeRewardState) or state.task is None:
-        raise ValueError(
-            "set_task needs the state of a normalize_reward(num_tasks=K) transform, got "
-            f"{type(state).__name__}" + (" without tasks." if state is not None else ".")
-        )
-    task = base.check_task(task, state.task.shape, state.stats.mean.shape[0], "environment")
-    return state.replace(task=task)

@@ -15,7 +15,10 @@ from rewardnorm_jax._src import adapter, base
 
 
 def normalize_sampled(
-    transform: base.RewardTransform, state: base.PyTree, reward: jax.typing.ArrayLike
+    transform: base.RewardTransform,
+    state: base.PyTree,
+    reward: jax.typing.ArrayLike,
+    task: base.TaskIds | None = None,
 ) -> jax.Array:
     r"""Transforms rewards of any shape (a replay sample) with the statistics in ``state``.
 
@@ -37,9 +40,13 @@ def normalize_sampled(
       transform: the transform that learned ``state``, e.g.
         ``rn.normalize_reward(0.99, g_max=10.0)``.
       state: its state (e.g. ``get_transform_state`` of an adapter's
-        environment state), with one set of statistics (``shared=True``, the
-        default).
+        environment state), with statistics shared by the environments
+        (``shared=True``, the default), one set or one per task.
       reward: raw rewards of any shape, e.g. ``(batch,)`` sampled transitions.
+      task: for a keyed transform (``num_tasks=K``), each sampled reward's
+        own task id, stored with the transition (the reward's shape, or a
+        leading part of it); each reward is normalized by its task's
+        statistics. ``None`` for any other transform.
 
     Returns:
       The transformed rewards, of ``reward``'s shape.
@@ -48,7 +55,8 @@ def normalize_sampled(
       ValueError: if ``transform`` is no :class:`~rewardnorm_jax.RewardTransform`,
         or its statistics are kept per environment (``shared=False``: a
         sampled reward has no environment), or ``state`` is not a state of
-        ``transform``.
+        ``transform``; for a keyed transform without ``task`` (or ``task``
+        for one that is not keyed), or ids outside ``[0, K)``.
 
     Example:
       >>> import rewardnorm_jax as rn
@@ -59,6 +67,15 @@ def normalize_sampled(
       >>> sampled = jnp.array([1.0, 0.5, 1.0, 0.0, 2.0, 1.0])  # six replayed rewards
       >>> [round(float(r), 3) for r in rn.normalize_sampled(norm, state, sampled)]
       [1.243, 0.622, 1.243, 0.0, 2.487, 1.243]
+
+    With per-task statistics, each sample carries its task:
+
+      >>> keyed = rn.normalize_reward(0.99, num_tasks=2)
+      >>> state = keyed.init(2)
+      >>> _, state = keyed.step(state, jnp.array([1.0, 100.0]), task=jnp.array([0, 1]))
+      >>> out = rn.normalize_sampled(keyed, state, jnp.array([100.0, 1.0]), jnp.array([1, 0]))
+      >>> [round(float(r), 1) for r in out]   # each as large as its task's first reward
+      [100.0, 100.0]
 
     References:
       FastTD3 (Seo et al., `FastTD3: Simple, Fast, and Capable Reinforcement
@@ -74,7 +91,9 @@ def normalize_sampled(
     except ValueError as error:
         raise ValueError(
             f"normalize_sampled: state does not fit rewards of shape {shape}: {error} "
-            "A sampled batch is normalized with one set of statistics (a transform "
-            "built with shared=True, the default) learned by this transform."
+            "A sampled batch is normalized with statistics shared by the environments "
+            "(one set, or one per task: a transform built with shared=True, the default) "
+            "learned by this transform; statistics kept per environment (shared=False) "
+            "have none for a sampled reward."
         ) from None
-    return transform.normalize(sample_state, reward)
+    return transform.normalize(sample_state, reward, task=task)

@@ -84,13 +84,34 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     ``chain(clip_reward(-1, 1), normalize_reward())`` feeds clipped rewards into
     the statistics. The state is the tuple of the sub-states.
 
+    Task ids: a chain with keyed members (built with ``num_tasks=K``) is keyed
+    itself; its ``task=`` reaches each keyed member, and the others never see
+    it. Its keyed members must agree on :math:`K`.
+
     Example:
       >>> t = chain(scale_reward(2.0), clip_reward(-1.0, 1.0))
       >>> float(t.step(t.init(), 0.75)[0])
       1.0
+      >>> import rewardnorm_jax as rn
+      >>> keyed = chain(rn.normalize_reward(0.99, num_tasks=2), clip_reward(-5.0, 5.0))
+      >>> reward, state = keyed.step(keyed.init(3), jnp.ones(3), task=jnp.array([0, 1, 1]))
+      >>> rn.count_as_int(state[0].stats).tolist()   # one return in task 0, two in task 1
+      [1, 2]
+
+    Raises:
+      ValueError: for a member that is no :class:`~rewardnorm_jax.RewardTransform`,
+        or keyed members with different numbers of tasks.
     """
     if not all(isinstance(t, base.RewardTransform) for t in transforms):
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
+    keyed = tuple(t.num_tasks is not None for t in transforms)
+    counts = sorted({t.num_tasks for t in transforms if t.num_tasks is not None})
+    if len(counts) > 1:
+        raise ValueError(
+            f"chain members keep statistics for different numbers of tasks (num_tasks="
+            f"{counts}); one task id per environment reaches every keyed member, so they "
+            "must share one num_tasks."
+        )
 
     def init(batch_shape: base.ShapeLike = ()) -> tuple:
         batch_shape = base.check_batch_shape(batch_shape)
@@ -112,14 +133,29 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
         except TypeError as error:
             raise TypeError(f"chain member {position}: {error}") from error
 
-    def normalize(state, reward):
+    def _task_for(position: int, task) -> dict:
+        """The keyword that passes ``task`` to member ``position``, if it takes task ids."""
+        return {"task": task} if keyed[position] else {}
+
+    def normalize(state, reward, *, task=None):
         _check(state)
         base.check_reward("reward", reward)
         for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
-            reward = _member(position, transform.normalize, sub_state, reward)
+            reward = _member(
+                position, transform.normalize, sub_state, reward, **_task_for(position, task)
+            )
         return reward
 
-    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+    def step(
+        state,
+        reward,
+        terminated=False,
+        truncated=False,
+        update_stats=True,
+        *,
+        active=None,
+        task=None,
+    ):
         _check(state)
         base.check_step_kinds(  # before any member: the inputs, not a member, are at fault
             reward,
@@ -139,6 +175,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
                 truncated,
                 update_stats,
                 active=active,
+                **_task_for(position, task),
             )
             new_state.append(sub_state)
         return reward, tuple(new_state)
@@ -147,4 +184,11 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
         f"{i}/{key}": value for i, t in enumerate(transforms) for key, value in t.config.items()
     }
     config = base.make_config("chain", length=len(transforms), **members)
-    return base.transform_from_step(init, normalize, step, config)
+    return base.transform_from_step(
+        init,
+        normalize,
+        step,
+        config,
+        num_tasks=counts[0] if counts else None,
+        components=max((t.components for t in transforms), default=0),
+    )

@@ -2,14 +2,14 @@
 
 API:
 
-* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``:
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False, task_of=None)``:
   a ``brax.envs.Wrapper`` passing ``state.reward`` through any
   :class:`~rewardnorm_jax.RewardTransform`; termination is ``done`` without
   ``info["truncation"]``; the raw reward stays in ``state.metrics["raw_reward"]``.
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
   ..., per_env=False, **options)`` builds it on
   :func:`rewardnorm_jax.normalize_reward`.
-* ``wrap_env_fn(transform, wrap=brax.envs.training.wrap)``: the ``wrap_env_fn``
+* ``wrap_env_fn(transform, wrap=brax.envs.training.wrap, *, task_of=None)``: the ``wrap_env_fn``
   of Brax's trainers (``ppo.train``, ``sac.train``), the transform outermost;
   ``RawRewardEvaluation(env)`` as ``eval_env`` keeps evaluation on raw rewards.
 * ``get_transform_state(state)``, ``set_transform_state(state, ts)``,

@@ -155,6 +155,8 @@ class RawRewardEvaluation(Wrapper):
 def wrap_env_fn(
     transform: rn.RewardTransform,
     wrap: Callable[..., Env] = training.wrap,
+    *,
+    task_of: Callable[[State], jax.Array] | None = None,
 ) -> Callable[..., Env]:
     """A ``wrap_env_fn`` for Brax's trainers: Brax's wrappers, then the transform outermost.
 
@@ -172,6 +174,9 @@ def wrap_env_fn(
       wrap: the trainer's own wrapping function, called with the trainer's
         arguments: ``brax.envs.training.wrap`` (default), or MuJoCo
         Playground's ``mujoco_playground.wrapper.wrap_for_brax_training``.
+      task_of: for a keyed transform (``num_tasks=K``): a function of the
+        batched environment's state returning each environment's task id,
+        shape ``(num_envs,)`` (see :class:`RewardTransformWrapper`).
 
     Returns:
       ``fn(env, **kwargs)``: ``RewardTransformWrapper(wrap(env, **kwargs),
@@ -179,13 +184,15 @@ def wrap_env_fn(
       :class:`RawRewardEvaluation` around ``inner``.
 
     Raises:
-      ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`.
+      ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`,
+        or ``task_of`` is given without ``num_tasks`` (or left out with it).
+      TypeError: if ``task_of`` is not callable.
     """
-    adapter.check_transform(transform)
+    adapter.check_task_of(task_of, adapter.check_transform(transform))
 
     def fn(env: Env, **kwargs) -> Env:
         if isinstance(env, RawRewardEvaluation):
             return wrap(env.env, **kwargs)
-        return RewardTransformWrapper(wrap(env, **kwargs), transform)
+        return RewardTransformWrapper(wrap(env, **kwargs), transform, task_of=task_of)
 
     return fn

@@ -2,7 +2,7 @@
 
 API:
 
-* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``: any
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False, task_of=None)``: any
   :class:`~rewardnorm_jax.RewardTransform` (including ``chain(...)``) applied
   to every reward. Named wrappers built on it:
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",

@@ -2,7 +2,7 @@
 
 API:
 
-* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``:
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False, task_of=None)``:
   a JaxMARL wrapper passing every agent's reward through one
   :class:`~rewardnorm_jax.RewardTransform`: the rewards of ``env.agents`` are
   stacked along a trailing agent axis, so one state and one merge cover all

@@ -84,6 +84,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, JaxMARLWrapper):
     """
 
     batched_example = "{}(env) around an environment whose reset takes one key per environment"
+    component_axes = 1  # the agents, stacked along the rewards' last axis
 
     @partial(jax.jit, static_argnums=(0,))
     def reset(self, key: jax.Array) -> tuple[Any, RewardWrapperState]:

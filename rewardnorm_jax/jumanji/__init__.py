@@ -2,7 +2,7 @@
 
 API:
 
-* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False)``:
+* ``RewardTransformWrapper(env, transform, *, axis_name=None, per_env=False, task_of=None)``:
   a ``jumanji.wrappers.Wrapper`` passing ``timestep.reward`` through any
   :class:`~rewardnorm_jax.RewardTransform`; a ``LAST`` step with discount 0
   is a termination, with discount > 0 a truncation; the raw reward stays in

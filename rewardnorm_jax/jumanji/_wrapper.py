@@ -59,6 +59,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         "{}(VmapAutoResetWrapper(env)); inside VmapAutoResetWrapper it would restart with "
         "every episode, so neither per_env=True nor an axis_name fits there"
     )
+    known_layout = False  # a reward may hold one number per agent, and Jumanji does not say
 
     def reset(self, key: jax.Array) -> tuple[RewardWrapperState, TimeStep]:
         """Resets the environment and the transform state (batch shape: the reward's).
