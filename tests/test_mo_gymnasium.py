@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from gymnasium import wrappers as gym_wrappers
 from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.utils import RunningMeanStd as GymRunningMeanStd
 
 from rewardnorm_jax.gymnasium import NormalizeReward, ObjectiveStats, RunningMeanStd, vector
 from tests.test_gymnasium_adapter import ScriptedEnv
@@ -523,3 +524,308 @@ def test_shared_scale_leaves_a_non_finite_objective_out_of_the_batch():
     assert env.discounted_reward.tolist() == [[3.5, 2.0]]
     assert scaled[0] == 3.0 / math.sqrt(float(expected.var) + 1e-8)
     assert math.isnan(scaled[1])
+
+
+# --- Statistics assigned to return_rms: kept and used, checked against the layout ---
+
+# Two steps of a vector of 2 objectives (deep-sea-treasure's first treasure, then its last),
+# per sub-environment of the vector wrapper.
+ASSIGNED_REWARDS = np.array([[[0.7, -1.0], [2.0, -3.0]], [[23.7, -1.0], [5.0, -1.0]]])
+
+
+def declared(env, k: int):
+    """``env`` declaring a reward of k objectives, as MO-Gymnasium's ``reward_space`` does."""
+    env.reward_space = gym.spaces.Box(-np.inf, np.inf, (k,), np.float64)
+    return env
+
+
+def scripted_wrapper(kind: str, rewards: np.ndarray, declare: int | None = None, **kwargs):
+    """The single wrapper over ``rewards[:, 0]`` or the vector one over ``rewards`` (T, N, ...).
+
+    No episode ends; ``declare`` makes the environment declare that many objectives.
+    """
+    if kind == "single":
+        env: gym.Env = ScriptedEnv([(reward, False, False) for reward in rewards[:, 0]])
+        env = env if declare is None else declared(env, declare)
+        return NormalizeReward(env, **kwargs)
+    flags = np.zeros(rewards.shape[:2], bool)
+    envs = ScriptedVectorEnv(rewards, flags, flags)
+    envs = envs if declare is None else declared(envs, declare)
+    return vector.NormalizeReward(envs, **kwargs)
+
+
+def rewards_of(kind: str, rewards: np.ndarray) -> np.ndarray:
+    """What the scripted wrapper of ``kind`` steps through: one environment's, or all."""
+    return rewards[:, 0] if kind == "single" else rewards
+
+
+def trained_stats(objectives: str, variances):
+    """Statistics a run leaves: 10 samples of mean 0.5 and ``variances`` (one per objective)."""
+    if objectives == "shared":
+        stats = RunningMeanStd()
+        stats.count, stats.mean, stats.var = 10.0001, 0.5, variances
+        return stats
+    objective_stats = ObjectiveStats(len(variances))
+    for each, var in zip(objective_stats, variances, strict=True):
+        each.count, each.mean, each.var = 10.0001, 0.5, var
+    return objective_stats
+
+
+def chan_merge(moments, batch: np.ndarray):
+    """``(mean, var, count)`` after merging ``batch``, as Gymnasium's ``RunningMeanStd``."""
+    mean, var, count = map(np.float64, moments)
+    batch_mean, batch_var, n = np.mean(batch), np.var(batch), batch.size
+    delta, total = batch_mean - mean, count + n
+    m2 = var * count + batch_var * n + delta**2 * count * n / total
+    return mean + delta * n / total, m2 / total, total
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize(("objectives", "variances"), [("each", [4.0, 0.25]), ("shared", 16.0)])
+def test_statistics_assigned_before_the_first_step_are_kept_and_used(kind, objectives, variances):
+    env = scripted_wrapper(kind, ASSIGNED_REWARDS, objectives=objectives)
+    rewards = rewards_of(kind, ASSIGNED_REWARDS)
+    stats = trained_stats(objectives, variances)
+    env.return_rms = stats  # before the first step, with no declared layout
+    env.update_running_mean = False
+    # Frozen: reward / sqrt(var + epsilon) with the assigned variances ([0.35, -2.0] and
+    # [0.175, -0.25] for deep-sea-treasure's first treasure), not the prior's 1.
+    got = np.asarray(env.step(0)[1])
+    np.testing.assert_allclose(got, rewards[0] / np.sqrt(np.array(variances) + EPSILON), rtol=RTOL)
+    assert env.return_rms is stats
+    # Learning: the assigned statistics merge the returns, float32 ones for the vector wrapper.
+    env.update_running_mean = True
+    got = np.asarray(env.step(0)[1])
+    carry = np.float64 if kind == "single" else np.float32
+    returns = (0.99 * rewards[0].astype(carry) + rewards[1]).astype(carry)
+    if objectives == "each":
+        merged = [chan_merge((0.5, v, 10.0001), returns[..., i]) for i, v in enumerate(variances)]
+        var = np.array([moments[1] for moments in merged])
+    else:
+        var = chan_merge((0.5, variances, 10.0001), returns)[1]
+    np.testing.assert_allclose(got, rewards[1] / np.sqrt(var + EPSILON), rtol=RTOL)
+    np.testing.assert_allclose(stats.var, var, rtol=RTOL)
+    assert env.return_rms is stats
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+def test_a_declared_reward_space_gives_return_rms_its_layout_from_construction(kind):
+    env = scripted_wrapper(kind, ASSIGNED_REWARDS, declare=2)
+    assert isinstance(env.return_rms, ObjectiveStats)
+    assert len(env.return_rms) == 2
+    env.return_rms.set_state(trained_stats("each", [4.0, 0.25]).get_state())
+    env.update_running_mean = False
+    got = np.asarray(env.step(0)[1])
+    expected = rewards_of(kind, ASSIGNED_REWARDS)[0] / np.sqrt(np.array([4.0, 0.25]) + EPSILON)
+    np.testing.assert_allclose(got, expected, rtol=RTOL)  # [0.35, -2.0] for the first env
+
+
+def test_a_declared_layout_gives_way_to_the_reward_the_first_step_returns():
+    # A wrapper between may change the reward (MO-Gymnasium's LinearReward gives one number).
+    env = NormalizeReward(declared(ScriptedEnv([(2.0, False, False)] * 2), 2))
+    assert isinstance(env.return_rms, ObjectiveStats)
+    assert env.discounted_reward.shape == (1, 2)
+    var = chan_merge((0.0, 1.0, 1e-4), np.array([2.0]))[1]  # the prior and one return
+    np.testing.assert_allclose(float(env.step(0)[1]), 2.0 / np.sqrt(var + EPSILON), rtol=RTOL)
+    assert isinstance(env.return_rms, RunningMeanStd)
+    assert env.return_rms.samples == 1
+    assert env.discounted_reward.tolist() == [2.0]
+    filled = NormalizeReward(declared(ScriptedEnv([(2.0, False, False)]), 2))
+    filled.return_rms.set_state(trained_stats("each", [4.0, 0.25]).get_state())
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"return_rms holds an ObjectiveStats of 2 objectives, but the environment returned "
+            r"a reward of one number per environment: return_rms should be a RunningMeanStd "
+            r"of shape \(\)"
+        ),
+    ):
+        filled.step(0)
+
+
+@pytest.mark.requires("mo_gymnasium")
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize("objectives", ["each", "shared"])
+@pytest.mark.parametrize("transfer", ["assign", "set_state"])
+def test_gymnasiums_evaluation_pattern_normalizes_with_the_training_statistics(
+    kind, objectives, transfer
+):
+    env_id, num_envs, seed = "deep-sea-treasure-v0", 3, 4
+
+    def make(wrap: bool):
+        env = mo_make(env_id) if kind == "single" else mo_vector(env_id, num_envs)
+        if not wrap:
+            return env
+        wrapper = NormalizeReward if kind == "single" else vector.NormalizeReward
+        return wrapper(env, objectives=objectives)  # type: ignore[arg-type]
+
+    train = make(wrap=True)
+    train.reset(seed=seed)
+    train.action_space.seed(seed)
+    for _ in range(200):
+        _, _, term, trunc, _ = train.step(train.action_space.sample())
+        if kind == "single" and (term or trunc):
+            train.reset()
+    evaluation, raw = make(wrap=True), make(wrap=False)
+    if transfer == "assign":  # Gymnasium's pattern, right after construction
+        evaluation.return_rms = train.return_rms
+    else:
+        evaluation.return_rms.set_state(train.return_rms.get_state())
+    evaluation.update_running_mean = False
+    state = train.return_rms.get_state()
+    var = np.asarray(train.return_rms.var, np.float64)  # (2,) for "each", () for "shared"
+    assert np.all(var > 10.0)  # far from the prior's 1
+    for env in (raw, evaluation):
+        env.reset(seed=9)
+    raw.action_space.seed(9)
+    for _ in range(40):
+        action = raw.action_space.sample()
+        _, reward, term, trunc, _ = raw.step(action)
+        got = evaluation.step(action)[1]
+        np.testing.assert_allclose(got, reward / np.sqrt(var + EPSILON), rtol=RTOL)
+        if kind == "single" and (term or trunc):
+            for env in (raw, evaluation):
+                env.reset()
+    assert train.return_rms.get_state() == state  # frozen: evaluation learned nothing
+    assert (evaluation.return_rms is train.return_rms) == (transfer == "assign")
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_gymnasiums_running_mean_std_of_k_objectives_becomes_their_objective_stats(kind, when):
+    theirs = GymRunningMeanStd(shape=(2,))
+    theirs.update(np.array([[1.0, 10.0], [3.0, 30.0], [5.0, -20.0]]))
+    rewards = rewards_of(kind, ASSIGNED_REWARDS)
+    env = scripted_wrapper(kind, ASSIGNED_REWARDS)
+    if when == "after":  # the first step has set the layout
+        env.step(0)
+    env.return_rms = theirs
+    stats = env.return_rms
+    assert isinstance(stats, ObjectiveStats)
+    np.testing.assert_array_equal(stats.mean, theirs.mean)  # [3.0, 6.6667]
+    np.testing.assert_allclose(stats.var, theirs.var, rtol=1e-15)  # [2.6667, 422.22]
+    np.testing.assert_allclose(stats.count, [theirs.count] * 2, rtol=1e-15)
+    assert stats.samples == [3, 3]
+    env.update_running_mean = False
+    got = np.asarray(env.step(0)[1])
+    reward = rewards[0] if when == "before" else rewards[1]
+    np.testing.assert_allclose(got, reward / np.sqrt(theirs.var + EPSILON), rtol=RTOL)
+
+
+def stepped(kind: str, objectives: str, k: int):
+    """A wrapper after one step, of rewards of k objectives (0: one number)."""
+    rewards = ASSIGNED_REWARDS[..., :k] if k else ASSIGNED_REWARDS[..., 0]
+    env = scripted_wrapper(kind, rewards, objectives=objectives)
+    env.step(0)
+    return env
+
+
+EACH_OF_2 = (
+    r"return_rms should be an ObjectiveStats of 2 objectives \(or Gymnasium's RunningMeanStd "
+    r"of shape \(2,\), converted\), as objectives='each' keeps statistics for each of the 2 "
+    "objectives; got "
+)
+SHARED_OF_2 = (
+    r"return_rms should be a RunningMeanStd of shape \(\) \(this library's or Gymnasium's\), "
+    "as objectives='shared' keeps one scale across the 2 objectives; got "
+)
+ONE_NUMBER = (
+    r"return_rms should be a RunningMeanStd of shape \(\) \(this library's or Gymnasium's\) "
+    "for this wrapper's reward of one number; got "
+)
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize(
+    ("objectives", "k", "value", "message"),
+    [
+        ("each", 2, RunningMeanStd, EACH_OF_2 + r"a RunningMeanStd of shape \(\)\."),
+        ("each", 2, lambda: GymRunningMeanStd(shape=()), EACH_OF_2 + r"a .* shape \(\)\."),
+        ("each", 2, lambda: GymRunningMeanStd(shape=(3,)), EACH_OF_2 + r"a .* shape \(3,\)\."),
+        ("each", 2, lambda: ObjectiveStats(3), EACH_OF_2 + "an ObjectiveStats of 3 objectives"),
+        ("each", 2, lambda: None, EACH_OF_2 + r"None \(a NoneType, not running statistics\)"),
+        ("shared", 2, lambda: GymRunningMeanStd(shape=(2,)), SHARED_OF_2 + r"a .* \(2,\)\."),
+        ("shared", 2, lambda: ObjectiveStats(2), SHARED_OF_2 + "an ObjectiveStats of 2"),
+        ("each", 0, lambda: ObjectiveStats(2), ONE_NUMBER + "an ObjectiveStats of 2 objectives"),
+        ("each", 0, lambda: GymRunningMeanStd(shape=(1,)), ONE_NUMBER + r"a .* shape \(1,\)\."),
+    ],
+)
+def test_return_rms_of_another_layout_is_refused_at_assignment(kind, objectives, k, value, message):
+    env = stepped(kind, objectives, k)
+    before = env.return_rms
+    with pytest.raises(ValueError, match=message):
+        env.return_rms = value()
+    assert env.return_rms is before
+
+
+@pytest.mark.parametrize(
+    ("objectives", "value", "message"),
+    [
+        ("shared", lambda: ObjectiveStats(2), "as objectives='shared' keeps one scale; got an"),
+        ("each", lambda: GymRunningMeanStd(shape=(2, 3)), r"per objective; got a .* \(2, 3\)\."),
+        ("each", lambda: 1.0, r"got 1\.0 \(a float, not running statistics\)"),
+    ],
+)
+def test_return_rms_valid_for_no_layout_is_refused_before_the_first_step(
+    objectives, value, message
+):
+    env = NormalizeReward(ScriptedEnv([]), objectives=objectives)
+    with pytest.raises(ValueError, match="return_rms should be a RunningMeanStd .*" + message):
+        env.return_rms = value()
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize(
+    ("k", "value", "holds", "returned"),
+    [
+        (2, RunningMeanStd, r"a RunningMeanStd of shape \(\)", "a vector of 2 objectives"),
+        (
+            2,
+            lambda: ObjectiveStats(3),
+            "an ObjectiveStats of 3 objectives",
+            "a vector of 2 objectives",
+        ),
+        (0, lambda: ObjectiveStats(2), "an ObjectiveStats of 2 objectives", "one number"),
+    ],
+)
+def test_statistics_assigned_before_the_first_step_that_do_not_fit_are_named_by_it(
+    kind, k, value, holds, returned
+):
+    rewards = ASSIGNED_REWARDS[..., :k] if k else ASSIGNED_REWARDS[..., 0]
+    env = scripted_wrapper(kind, rewards)
+    stats = value()
+    env.return_rms = stats
+    returns_attr = env._checkpointed[0][1]
+    returns = getattr(env, returns_attr)
+    output = "a reward of" if kind == "single" else "rewards of"
+    with pytest.raises(
+        ValueError,
+        match=(
+            f"return_rms holds {holds}, but the environment returned {output} {returned} "
+            "per environment: return_rms should be "
+        ),
+    ):
+        env.step(0)
+    assert env.return_rms is stats
+    assert env._objective_shape is None  # nothing changed: the layout is still unset
+    assert getattr(env, returns_attr) is returns
+
+
+def test_load_restores_into_assigned_statistics_or_names_the_misfit(tmp_path):
+    path = saved(scripted_mo_env(2), tmp_path)
+    env = scripted_mo_env(2)
+    stats = ObjectiveStats(2)
+    env.return_rms = stats
+    env.load(path)
+    assert env.return_rms is stats
+    assert stats.samples == [3, 3]
+    scalar = scripted_mo_env(2)
+    scalar.return_rms = RunningMeanStd()
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"return_rms holds a RunningMeanStd of shape \(\), but the state holds returns of a "
+            "vector of 2 objectives per environment: return_rms should be an ObjectiveStats of 2"
+        ),
+    ):
+        scalar.load(path)

@@ -463,7 +463,10 @@ def _check_shared(
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     sizes = [(name, participants(name)) for name in names]
     reward = jnp.zeros(component_shape, jnp.float32)
-    step = jax.make_jaxpr(lambda state: transform.step(state, reward, False, False), axis_env=sizes)
+    ids = {} if transform.num_tasks is None else {"task": jnp.zeros((), jnp.int32)}
+    step = jax.make_jaxpr(
+        lambda state: transform.step(state, reward, False, False, **ids), axis_env=sizes
+    )
     missing = set(names) - _collective_axes(step(transform_state).jaxpr)
     if missing:
         raise ValueError(

@@ -67,7 +67,17 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     :class:`RunningMeanStd` learns all k returns of each step (one batch) and
     :math:`\tilde r_i = r_i / \sqrt{\sigma^2 + \epsilon}` keeps the objectives' ratios. The
     first step (or a loaded checkpoint) sets the layout, one number or k objectives; a reward of
-    another shape later, or one that is neither, raises ValueError.
+    another shape later, or one that is neither, raises ValueError. An MO-Gymnasium environment
+    declares its layout (``env.unwrapped.reward_space``, shape ``(k,)``), so ``return_rms`` has
+    it from construction and ``eval_env.return_rms.set_state(train_env.return_rms.get_state())``
+    works before the first step; a wrapper between that changes the reward (MO-Gymnasium's
+    ``LinearReward``) leaves the first step to decide. Statistics assigned to ``return_rms`` are
+    kept and used, also when assigned before the first step as in Gymnasium's
+    ``eval_env.return_rms = train_env.return_rms``. Valid are, under ``objectives="each"`` for
+    k objectives, an :class:`ObjectiveStats` of k objectives or Gymnasium's
+    ``RunningMeanStd(shape=(k,))`` (converted into one), and otherwise a :class:`RunningMeanStd`
+    of shape ``()`` (this library's or Gymnasium's); another value raises ValueError naming it,
+    at assignment once the layout is set, else at the step or load that sets it.
 
     Args:
         env: The environment to wrap.
@@ -113,6 +123,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         Normalizer.__init__(self, gamma, epsilon, objectives)
         gym.Wrapper.__init__(self, env)
         self._discounted_reward = np.zeros(1)
+        self._use_declared_layout(env)
 
     def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Steps through the environment, normalizing the reward returned."""
@@ -130,13 +141,13 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
                 scaled = self._step_objectives(rewards, bool(ends), bool(cuts))
                 return obs, scaled, terminated, truncated, info
         elif self._objective_shape is None:
-            self._objective_shape = ()
+            self._use_layout((), "the environment returned a reward of")
         reward = float(reward)
         valid = math.isfinite(reward)
         ret, rms = formulas.return_step(
             np,
             float(self._discounted_reward[0]),
-            self.return_rms,
+            self._return_rms,  # the attribute: no property call per step
             reward,
             bool(terminated),
             bool(truncated),
@@ -158,7 +169,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         ret, _ = formulas.return_step(
             np,
             self._discounted_reward[0],
-            self.return_rms,
+            self._return_rms,  # the attribute: no property call per step
             rewards,
             terminated,
             truncated,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from flax import serialization
+from gymnasium import spaces as gym_spaces
 from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
 
@@ -189,6 +190,75 @@ def saved_objective_shape(data: bytes) -> tuple[int, ...] | None:
     return None
 
 
+def declared_objective_shape(env) -> tuple[int, ...] | None:
+    """The objective axes ``(k,)`` the environment declares, or None where it declares none.
+
+    MO-Gymnasium's environments, and its vector environments (``MOSyncVectorEnv``,
+    ``MOAsyncVectorEnv``), declare their reward as ``env.unwrapped.reward_space``, a Box of
+    shape ``(k,)`` (one environment's reward, also for a vector environment).
+    """
+    space = getattr(env.unwrapped, "reward_space", None)
+    if isinstance(space, gym_spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
+        return space.shape
+    return None
+
+
+_STATS_ATTRIBUTES = ("mean", "var", "count", "update_from_moments")
+
+
+def stats_shape(value) -> tuple[int, ...] | None:
+    """The shape of running statistics, or None for a value that is not running statistics.
+
+    ``(k,)`` for an :class:`ObjectiveStats` of k objectives, ``()`` for this library's
+    :class:`RunningMeanStd`, the mean's shape for any other object with ``mean``, ``var``,
+    ``count`` and ``update_from_moments`` (Gymnasium's ``RunningMeanStd``, SB3's).
+    """
+    if isinstance(value, ObjectiveStats):
+        return (len(value),)
+    if isinstance(value, RunningMeanStd):
+        return ()
+    if all(hasattr(value, name) for name in _STATS_ATTRIBUTES):
+        return np.shape(value.mean)
+    return None
+
+
+def describe_stats(value) -> str:
+    """What ``value`` is, for an error message: its type, and its shape or objectives."""
+    if isinstance(value, ObjectiveStats):
+        return f"an ObjectiveStats of {len(value)} objectives"
+    shape = stats_shape(value)
+    if shape is not None:
+        return f"a {type(value).__name__} of shape {shape}"
+    return f"{value!r} (a {type(value).__name__}, not running statistics)"
+
+
+def objective_stats_from(rms) -> ObjectiveStats:
+    """Statistics of shape ``(k,)`` (Gymnasium's ``RunningMeanStd``) as an ObjectiveStats (a copy).
+
+    Column i of such statistics is the scalar statistics of objective i's values alone: its
+    mean, its variance and the count (one shared, or one per column).
+    """
+    mean = np.asarray(rms.mean, np.float64)
+    var = np.asarray(rms.var, np.float64)
+    count = np.broadcast_to(np.asarray(rms.count, np.float64), mean.shape)
+    stats = ObjectiveStats(mean.shape[0])
+    try:
+        for each, *values in zip(stats, count.tolist(), mean.tolist(), var.tolist(), strict=True):
+            each.count, each.mean, each.var = values
+    except ValueError as error:
+        raise ValueError(
+            f"return_rms was assigned {describe_stats(rms)} that converts to no ObjectiveStats: "
+            f"{error}"
+        ) from error
+    return stats
+
+
+def holds_prior(stats: RunningMeanStd | ObjectiveStats) -> bool:
+    """Whether this library's statistics are still the prior: nothing merged, set or loaded."""
+    fresh = ObjectiveStats(len(stats)) if isinstance(stats, ObjectiveStats) else RunningMeanStd()
+    return stats.get_state() == fresh.get_state()
+
+
 class Normalizer:
     """``gamma``, ``epsilon``, ``objectives``, ``update_running_mean`` and ``save`` / ``load``.
 
@@ -201,15 +271,22 @@ class Normalizer:
 
     The reward's layout (one number, or a vector of k objectives, per environment) is set by the
     first step or a loaded checkpoint, whichever comes first: a vector reward gets returns with a
-    trailing objective axis and, under ``objectives="each"``, :class:`ObjectiveStats`.
+    trailing objective axis and, under ``objectives="each"``, :class:`ObjectiveStats`. Until
+    then, the layout the environment declares (MO-Gymnasium's ``reward_space``, see
+    :func:`declared_objective_shape`) shapes the default statistics and returns, so that
+    ``return_rms.set_state`` and ``save`` see that layout before the first step; a wrapper between
+    (MO-Gymnasium's ``LinearReward``) may change the reward, so the first step decides.
+    Statistics assigned to ``return_rms`` are kept (see :attr:`return_rms`).
     """
 
     _checkpointed: tuple[tuple[str, str], ...] = ()
-    return_rms: Any
+    _return_rms: Any
+    _rms_assigned: bool
     _gamma: float
     _epsilon: float
     _objectives: str
     _objective_shape: tuple[int, ...] | None
+    _declared_shape: tuple[int, ...] | None
     _update_running_mean: bool
 
     def __init__(self, gamma, epsilon, objectives):
@@ -218,8 +295,9 @@ class Normalizer:
         self.epsilon = epsilon
         self._objectives = check_objectives(objectives)
         self._objective_shape = None  # set by the first step or a loaded checkpoint
+        self._declared_shape = None  # set by _use_declared_layout
         self._update_running_mean = True
-        self.return_rms = RunningMeanStd()
+        self._return_rms, self._rms_assigned = RunningMeanStd(), False
         # The default is left out of the spec: a scalar wrapper's is Gymnasium's.
         options = {} if objectives == "each" else {"objectives": objectives}
         RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon, **options)  # type: ignore[arg-type]  # a wrapper
@@ -228,6 +306,64 @@ class Normalizer:
     def objectives(self) -> str:
         """How a vector reward's objectives keep statistics: ``"each"`` or ``"shared"``."""
         return self._objectives
+
+    @property
+    def return_rms(self) -> Any:
+        """The running statistics of the returns: assignable, the object assigned kept and used.
+
+        Valid values: for a reward of one number, or under ``objectives="shared"``, a
+        :class:`RunningMeanStd` of shape ``()`` (this library's, or Gymnasium's, used as is).
+        Under ``objectives="each"``, for a vector reward of k objectives, an
+        :class:`ObjectiveStats` of k objectives, or Gymnasium's ``RunningMeanStd(shape=(k,))``:
+        column i of it, with its count, is objective i's statistics, so it is converted into an
+        :class:`ObjectiveStats` holding those values (a copy). An assignment is checked against
+        the layout once the first step or a loaded checkpoint has set it, and raises ValueError
+        naming the value and what is valid. Before, any value valid for some layout is kept
+        (an assignment may precede the first step, as in Gymnasium's evaluation pattern
+        ``eval_env.return_rms = train_env.return_rms``), and the step or checkpoint that sets
+        the layout raises ValueError if it does not fit, changing nothing.
+        """
+        return self._return_rms
+
+    @return_rms.setter
+    def return_rms(self, value) -> None:
+        shape = stats_shape(value)
+        if shape is None or not self._may_hold(shape):
+            raise ValueError(
+                f"return_rms should be {self._valid_stats(self._objective_shape)}; got "
+                f"{describe_stats(value)}."
+            )
+        if shape and not isinstance(value, ObjectiveStats):
+            value = objective_stats_from(value)
+        self._return_rms, self._rms_assigned = value, True
+
+    def _may_hold(self, shape: tuple[int, ...]) -> bool:
+        """Whether statistics of ``shape`` fit the layout, or some layout while it is unset."""
+        if self._objective_shape is not None:
+            return shape == self._stats_shape(self._objective_shape)
+        per_objective = self._objectives == "each" and len(shape) == 1 and shape[0] >= 1
+        return shape == () or per_objective
+
+    def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:
+        """What ``return_rms`` may be for a layout (None: not set yet), for an error message."""
+        scalar = "a RunningMeanStd of shape () (this library's or Gymnasium's)"
+        if objective_shape is None:
+            if self._objectives == "shared":
+                return f"{scalar}, as objectives='shared' keeps one scale"
+            return (
+                f"{scalar} for a reward of one number, or for a vector of k objectives an "
+                "ObjectiveStats of k objectives (or Gymnasium's RunningMeanStd of shape (k,), "
+                "converted), as objectives='each' keeps statistics per objective"
+            )
+        if not objective_shape:
+            return f"{scalar} for this wrapper's reward of one number"
+        k = objective_shape[0]
+        if self._objectives == "shared":
+            return f"{scalar}, as objectives='shared' keeps one scale across the {k} objectives"
+        return (
+            f"an ObjectiveStats of {k} objectives (or Gymnasium's RunningMeanStd of shape ({k},), "
+            f"converted), as objectives='each' keeps statistics for each of the {k} objectives"
+        )
 
     @property
     def update_running_mean(self) -> bool:
@@ -282,15 +418,53 @@ class Normalizer:
                 "checkpoint); a wrapper keeps one reward layout."
             )
 
+    def _use_declared_layout(self, env) -> None:
+        """Gives the default statistics and the returns the layout ``env`` declares, if any.
+
+        Called once the arrays exist. The layout stays unset: the first step or a loaded
+        checkpoint sets it, and may differ (see :meth:`_use_layout`).
+        """
+        declared = declared_objective_shape(env)
+        if declared is not None:
+            self._declared_shape = declared
+            self._return_rms = self._new_stats(declared)
+            for attr, zeros in self._arrays(declared).items():
+                setattr(self, attr, zeros)
+
+    def _layout(self) -> tuple[int, ...]:
+        """The layout set, else the one declared, else one number."""
+        if self._objective_shape is not None:
+            return self._objective_shape
+        return self._declared_shape or ()
+
     def _use_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
-        """Sets the layout on first use; a ValueError if ``source`` has another one."""
+        """Sets the layout on first use; a ValueError if ``source`` has another one.
+
+        Statistics that fit the layout are kept, and so are arrays of its shape; other arrays
+        start from zero. Statistics that do not fit are replaced only when they are the default
+        and still the prior; otherwise ValueError, before anything changes.
+        """
         self._check_layout(objective_shape, source)
         if self._objective_shape is None:
-            if objective_shape:  # a scalar reward keeps the statistics and arrays as they are
-                self.return_rms = self._new_stats(objective_shape)
-                for attr, zeros in self._arrays(objective_shape).items():
+            stats = self._fitted_stats(objective_shape, source)
+            self._return_rms = stats
+            for attr, zeros in self._arrays(objective_shape).items():
+                if getattr(self, attr).shape != zeros.shape:
                     setattr(self, attr, zeros)
             self._objective_shape = objective_shape
+
+    def _fitted_stats(self, objective_shape: tuple[int, ...], source: str):
+        """``return_rms`` if it fits the layout, fresh statistics for an untouched default."""
+        rms = self._return_rms
+        if stats_shape(rms) == self._stats_shape(objective_shape):
+            return rms
+        if not self._rms_assigned and holds_prior(rms):
+            return self._new_stats(objective_shape)
+        raise ValueError(
+            f"return_rms holds {describe_stats(rms)}, but {source} "
+            f"{describe_layout(objective_shape)} per environment: return_rms should be "
+            f"{self._valid_stats(objective_shape)}."
+        )
 
     def _stats_shape(self, objective_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The statistics' shape: one set per objective, or one set."""
@@ -318,13 +492,13 @@ class Normalizer:
 
     def _variance(self):
         """The statistics' variance: a float, or an array ``(k,)`` of each objective's."""
-        rms = self.return_rms
+        rms = self._return_rms
         return rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
 
     def state_dict(self) -> dict[str, Any]:
         """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""
         rms = self.return_rms
-        expected = self._stats_shape(self._objective_shape or ())
+        expected = self._stats_shape(self._layout())
         if not isinstance(rms, (RunningMeanStd, ObjectiveStats)):  # a Gymnasium one
             if np.shape(rms.mean) != () or expected != ():
                 raise ValueError(
@@ -347,7 +521,9 @@ class Normalizer:
         """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing).
 
         A wrapper that has not stepped yet takes the layout of ``state`` (its returns' trailing
-        axis); one that has raises ValueError for another layout.
+        axis); one that has raises ValueError for another layout, as do statistics assigned
+        to ``return_rms`` that do not fit it. The statistics are restored into
+        ``return_rms`` in place.
         """
         returns_key = self._checkpointed[0][0]
         objective_shape = np.shape(state[returns_key])[1:]
@@ -388,7 +564,7 @@ class Normalizer:
         data = pathlib.Path(path).read_bytes()
         objective_shape = saved_objective_shape(data)
         if objective_shape is None:  # unreadable: load_state names the fault
-            objective_shape = self._objective_shape or ()
+            objective_shape = self._layout()
         self._check_layout(objective_shape, f"the checkpoint {os.fspath(path)!r} holds")
         template, metadata = (
             self._template(objective_shape),
@@ -400,7 +576,7 @@ class Normalizer:
         self, objective_shape: tuple[int, ...] | None = None
     ) -> dict[str, Any]:
         """What a checkpoint records beside the state: class, hyperparameters, reward layout."""
-        objective_shape = self._objective_shape if objective_shape is None else objective_shape
+        objective_shape = self._layout() if objective_shape is None else objective_shape
         cls = type(self)
         wrapper = f"{cls.__module__}.{cls.__qualname__}"
         metadata: dict[str, Any] = {

@@ -45,7 +45,11 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     is as in :class:`rewardnorm_jax.gymnasium.NormalizeReward`. Rewards of shape
     ``(num_envs, k)`` (MO-Gymnasium's ``MOSyncVectorEnv``) keep returns of that shape; each
     objective's statistics are then those this wrapper keeps of that objective's rewards alone,
-    or one set learns every objective's returns under ``objectives="shared"``.
+    or one set learns every objective's returns under ``objectives="shared"``. MO-Gymnasium's
+    vector environments declare k (``reward_space``, one environment's reward), so
+    ``return_rms`` and ``accumulated_reward`` have the layout from construction; statistics
+    assigned to ``return_rms``, before the first step too, are kept and checked as in the
+    single-environment wrapper.
 
     Args:
         env: The vector environment to wrap.
@@ -90,6 +94,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         VectorWrapper.__init__(self, env)
         self._accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
         self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
+        self._use_declared_layout(env)
         mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._same_step = mode == AutoresetMode.SAME_STEP
         self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
@@ -125,7 +130,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         ret, _ = formulas.return_step(
             np,
             self._accumulated_reward,
-            self.return_rms,
+            self._return_rms,  # the attribute: no property call per step
             rewards,
             ends,
             cuts,
