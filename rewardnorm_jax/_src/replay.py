@@ -74,8 +74,8 @@ def normalize_sampled(
       >>> state = keyed.init(2)
       >>> _, state = keyed.step(state, jnp.array([1.0, 100.0]), task=jnp.array([0, 1]))
       >>> out = rn.normalize_sampled(keyed, state, jnp.array([100.0, 1.0]), jnp.array([1, 0]))
-      >>> [round(float(r), 1) for r in out]   # each as large as its task's first reward
-      [100.0, 100.0]
+      >>> [round(float(r), 1) for r in out]   # 100 / sqrt(1.0001), 1 / sqrt(2e-4): each its task's
+      [100.0, 70.7]
 
     References:
       FastTD3 (Seo et al., `FastTD3: Simple, Fast, and Capable Reinforcement
