@@ -151,7 +151,8 @@ class TransformWrapper:
         that returned the raw dtype would change the type of a ``lax.scan``
         carry after the first step.
         """
-        out = jax.eval_shape(self._transform.normalize, transform_state, reward)
+        ids = any_task(self._transform)  # the dtype does not depend on the ids
+        out = jax.eval_shape(lambda: self._transform.normalize(transform_state, reward, **ids))
         return jnp.asarray(reward, out.dtype)
 
     def step_reward(
@@ -267,6 +268,15 @@ def check_task_of(task_of: Any, transform: RewardTransform) -> Callable[[Any], j
     if task_of is not None and not callable(task_of):
         raise TypeError(f"task_of should be a function of the env state, got {task_of!r}.")
     return task_of
+
+
+def any_task(transform: RewardTransform) -> dict[str, jax.Array]:
+    """The keyword arguments of a call that traces ``transform`` for its shapes and collectives.
+
+    A keyed transform gets task 0 for every environment (one id, spread over
+    the environments), which no statistics ever see; any other gets none.
+    """
+    return {} if transform.num_tasks is None else {"task": jnp.zeros((), jnp.int32)}
 
 
 def check_task_shape(wrapper: str, task: Any, env_shape: tuple[int, ...]) -> Any:
@@ -463,7 +473,7 @@ def _check_shared(
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     sizes = [(name, participants(name)) for name in names]
     reward = jnp.zeros(component_shape, jnp.float32)
-    ids = {} if transform.num_tasks is None else {"task": jnp.zeros((), jnp.int32)}
+    ids = any_task(transform)
     step = jax.make_jaxpr(
         lambda state: transform.step(state, reward, False, False, **ids), axis_env=sizes
     )
