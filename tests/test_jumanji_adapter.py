@@ -209,3 +209,21 @@ def test_integer_rewards_normalize_to_floats_from_the_reset_on():
     )
     np.testing.assert_allclose(reward, expected, rtol=4 * float(np.finfo(np.float32).eps))
     assert not np.array_equal(reward, np.round(reward))  # not truncated to integers
+
+
+def test_task_of_gives_one_id_per_environment_for_all_its_agents():
+    base = jumanji.make("Minesweeper-v0")
+    tasks = jnp.arange(4) % 2  # environments 0 and 2 run task 0, 1 and 3 task 1
+    wrapped = rnj.NormalizeReward(
+        VmapAutoResetWrapper(PerAgentRewards(base)), GAMMA, num_tasks=2, task_of=lambda s: tasks
+    )
+    (state, _), (reward, raw, step_type, discount) = scan_from_reset(wrapped, base, 4, steps=10)
+    counts = rn.count_as_int(rnj.get_transform_state(state).stats)
+    assert counts.tolist() == [10 * 2 * 4, 10 * 2 * 4]  # steps x environments x agents
+    last = (step_type == jumanji.types.StepType.LAST) & (discount == 0)
+    core = rn.normalize_reward(GAMMA, num_tasks=2)
+    core_state, expected = core.init((4, 4)), []
+    for t in range(10):  # the core fed the raw rewards, the ends and the same ids
+        out, core_state = core.step(core_state, raw[t], last[t], False, task=tasks)
+        expected.append(out)
+    np.testing.assert_allclose(reward, np.stack(expected), rtol=4 * float(np.finfo(np.float32).eps))

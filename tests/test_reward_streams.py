@@ -232,8 +232,10 @@ def test_tasks_need_shared_statistics_and_a_whole_number():
         rn.normalize_reward(num_tasks=3, shared=False)
     with pytest.raises(TypeError, match="num_tasks should be an integer"):
         rn.normalize_reward(num_tasks=2.0)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="num_tasks should be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"num_tasks should be an integer in \[1, 2147483647\]"):
         rn.normalize_reward(num_tasks=0)
+    with pytest.raises(ValueError, match="got num_tasks=2147483648"):  # ids are int32
+        rn.normalize_reward(num_tasks=2**31)
     with pytest.raises(ValueError, match="fewer axes than components=2"):
         rn.normalize_reward(components=2).init((4,))
 

@@ -86,7 +86,12 @@ class TransformWrapper:
             (integers in ``[0, K)``, one per environment: shape ``()`` for a
             wrapper serving one environment, ``(N,)`` for a batch of N). Every
             step reads the ids from the state the step starts in (the task
-            its reward belongs to) and passes them to the transform.
+            its reward belongs to) and passes them to the transform. The ids
+            are traced there (the wrappers' steps run jitted), so an id
+            outside ``[0, K)`` is checked only where the step runs under
+            ``jax.experimental.checkify.checkify`` (the error names the first
+            bad id); without it, that environment's return joins no task's
+            statistics and its reward is NaN.
 
         Raises:
           ValueError: if ``transform`` is not a :class:`~rewardnorm_jax.RewardTransform`,
@@ -175,7 +180,9 @@ class TransformWrapper:
         task = None
         if self._task_of is not None:
             env_shape = jnp.shape(reward)[: jnp.ndim(reward) - self.component_axes]
-            task = check_task_shape(type(self).__name__, self._task_of(env_state), env_shape)
+            task = check_task_shape(
+                type(self).__name__, self._task_of(env_state), env_shape, self.known_layout
+            )
         return self._transform.step(
             transform_state,
             reward,
@@ -279,23 +286,31 @@ def any_task(transform: RewardTransform) -> dict[str, jax.Array]:
     return {} if transform.num_tasks is None else {"task": jnp.zeros((), jnp.int32)}
 
 
-def check_task_shape(wrapper: str, task: Any, env_shape: tuple[int, ...]) -> Any:
+def check_task_shape(
+    wrapper: str, task: Any, env_shape: tuple[int, ...], known_layout: bool = True
+) -> Any:
     """``task``, after checking ``task_of`` gave one id per environment (``env_shape``).
+
+    Where the suite does not say which of the rewards' axes are environments
+    (``known_layout=False``: Jumanji's rewards may hold one number per agent),
+    ids of a leading part of the rewards' shape fit too, one id for every
+    reward of an environment.
 
     Raises:
       ValueError: naming ``task_of``, the shape it returned and the environments'.
     """
-    if jnp.shape(task) != env_shape:
-        serves = (
-            "one environment"
-            if env_shape == ()
-            else f"a batch of environments of shape {env_shape}"
+    shape = jnp.shape(task)
+    if shape == env_shape or (not known_layout and shape == env_shape[: len(shape)]):
+        return task
+    if known_layout:
+        serves = "one environment" if env_shape == () else f"environments of shape {env_shape}"
+        expected = f"{env_shape}, one task id per environment (this wrapper serves {serves})"
+    else:
+        expected = (
+            f"the rewards' shape {env_shape} or a leading part of it, one task id per "
+            "environment for all of its rewards"
         )
-        raise ValueError(
-            f"{wrapper}'s task_of returned ids of shape {jnp.shape(task)}; expected "
-            f"{env_shape}, one task id per environment (this wrapper serves {serves})."
-        )
-    return task
+    raise ValueError(f"{wrapper}'s task_of returned ids of shape {shape}; expected {expected}.")
 
 
 def check_components(
@@ -694,6 +709,11 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
             "transform state of this wrapper, e.g. get_transform_state(state))."
         )
 
+    returns = [
+        leaf for path, leaf in jax.tree_util.tree_leaves_with_path(fresh) if _is_return(path)
+    ]
+    copies = jnp.shape(returns[0])[:1] if returns else ()  # the vmapped copies, if any
+
     def pick(path, fresh_leaf, given_leaf):
         if _is_return(path):
             return fresh_leaf
@@ -705,21 +725,30 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
                 f"and dtype {jnp.result_type(given_leaf)}, expected shape "
                 f"{jnp.shape(fresh_leaf)} and dtype {jnp.result_type(fresh_leaf)} "
                 "(only the tracked returns may change batch size)."
-                + _vmapped_hint(jnp.shape(fresh_leaf), jnp.shape(given_leaf))
+                + _vmapped_hint(jnp.shape(fresh_leaf), jnp.shape(given_leaf), copies)
             )
         return given_leaf
 
     return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)
 
 
-def _vmapped_hint(expected: tuple[int, ...], given: tuple[int, ...]) -> str:
+def _vmapped_hint(
+    expected: tuple[int, ...], given: tuple[int, ...], copies: tuple[int, ...]
+) -> str:
     """How to pass statistics between states batched by ``jax.vmap``, where the shapes say so.
 
-    Statistics that differ only in their leading axis may be copies held by
-    one wrapper per environment under a ``jax.vmap`` (with an ``axis_name``):
-    their leading axis is the batch, and another batch size is another length.
+    Statistics that differ only in their leading axis, which has the length of
+    the fresh returns' leading axis (``copies``), may be copies held by one
+    wrapper per environment under a ``jax.vmap`` (with an ``axis_name``): their
+    leading axis is the batch, and another batch size is another length.
     """
-    if not (expected and given and len(expected) == len(given) and expected[1:] == given[1:]):
+    if not (
+        expected
+        and given
+        and len(expected) == len(given)
+        and expected[1:] == given[1:]
+        and expected[:1] == copies
+    ):
         return ""
     return (
         f" If both states come from a jax.vmap over wrappers of one environment each (a "

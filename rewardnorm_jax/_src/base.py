@@ -576,6 +576,8 @@ def check_task(
     ``2**32 + 1`` arrives as 1 and runs task 1. Keep ids in int32 there (or
     enable ``jax_enable_x64``).
     """
+    if isinstance(task, (list, tuple)) and len(task) == 0:
+        task = np.zeros(0, np.int32)  # no ids: NumPy would give them float64
     dtype = _dtype_of(task)
     if not (_is_real_dtype(dtype) and jnp.issubdtype(dtype, jnp.integer) and dtype != np.bool_):
         raise TypeError(
@@ -597,7 +599,7 @@ def check_task(
         if broadcast:
             also = " (or a shape that broadcasts to it)"
         elif leading:
-            also = f" (or a leading part of it: one id for all the rewards of a {per})"
+            also = f" (or a leading part of it: one id for all the rewards of each {per})"
         raise ValueError(
             f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}{also}."
         )
@@ -626,18 +628,35 @@ def check_task(
     return jnp.where(in_range, ids.astype(jnp.int32), -1)
 
 
-def check_count(name: str, value, *, minimum: int) -> int:
-    """An integer hyperparameter (a number of axes, of tasks) as a Python int >= ``minimum``.
+def check_count(name: str, value, *, minimum: int, maximum: int | None = None) -> int:
+    """An integer hyperparameter (a number of axes, of tasks) as a Python int in range.
 
     Raises:
       TypeError: for a value that is not an integer (a bool or a float included).
-      ValueError: for an integer below ``minimum``.
+      ValueError: for an integer below ``minimum`` or above ``maximum``.
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} should be an integer, got {name}={value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} should be an integer >= {minimum}, got {name}={value!r}.")
+    if value < minimum or (maximum is not None and value > maximum):
+        valid = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"{name} should be an integer {valid}, got {name}={value!r}.")
     return int(value)
+
+
+MAX_TASKS = 2**31 - 1
+"""The most tasks keyed statistics hold: task ids are compared and gathered as int32."""
+
+
+def check_num_tasks(num_tasks) -> int | None:
+    """``num_tasks`` as a Python int in ``[1, MAX_TASKS]``, or None.
+
+    Raises:
+      TypeError: for a value that is not an integer.
+      ValueError: for a value outside ``[1, 2**31 - 1]`` (ids are int32).
+    """
+    if num_tasks is None:
+        return None
+    return check_count("num_tasks", num_tasks, minimum=1, maximum=MAX_TASKS)
 
 
 def check_bool(name: str, value) -> bool:

@@ -318,7 +318,7 @@ def normalize_reward(
     if not episodic:  # the flags are still checked, and end no return
         semantics = dataclasses.replace(semantics, reset_before="never", reset_after="never")
     components = base.check_count("components", components, minimum=0)
-    num_tasks = None if num_tasks is None else base.check_count("num_tasks", num_tasks, minimum=1)
+    num_tasks = base.check_num_tasks(num_tasks)
     if num_tasks is not None and not shared:
         raise ValueError(
             f"num_tasks={num_tasks} keeps one set of statistics per task, shared by the "

@@ -254,7 +254,7 @@ def popart(
     dtype = rs.check_dtype(dtype)
     step_size = rs.check_step_size(step_size, dtype)
     scale_lb, scale_ub = _check_bounds(scale_lb, scale_ub, dtype)
-    num_tasks = None if num_tasks is None else base.check_count("num_tasks", num_tasks, minimum=1)
+    num_tasks = base.check_num_tasks(num_tasks)
     axis_name = rs.check_axis_name(axis_name)
     stats_shape = () if num_tasks is None else (num_tasks,)
 
