@@ -210,6 +210,15 @@ def test_team_statistics_per_task_take_one_id_per_environment():
     agents = len(env.agents)
     counts = rn.count_as_int(rnm.get_transform_state(state).stats)[0]  # copy of environment 0
     assert counts.tolist() == [2 * NUM_ENVS * agents, NUM_ENVS * agents]  # steps 0, 2 and 1
+    # A keyed member of a chain, with statistics per task and agent, gets the same ids.
+    transform = rn.chain(
+        rn.normalize_reward(GAMMA, num_tasks=2, components=1, axis_name="envs"),
+        rn.clip_reward(-5.0, 5.0),
+    )
+    chained = rnm.RewardTransformWrapper(env, transform, axis_name="envs", task_of=parity)
+    state, _ = vmapped(chained, steps=3)
+    counts = rn.count_as_int(rnm.get_transform_state(state)[0].stats)[0]
+    assert counts.tolist() == [[2 * NUM_ENVS] * agents, [NUM_ENVS] * agents]
     wrong = rnm.NormalizeReward(
         env, num_tasks=2, task_of=lambda s: jnp.zeros(agents, jnp.int32), axis_name="envs"
     )

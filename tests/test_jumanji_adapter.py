@@ -227,3 +227,8 @@ def test_task_of_gives_one_id_per_environment_for_all_its_agents():
         out, core_state = core.step(core_state, raw[t], last[t], False, task=tasks)
         expected.append(out)
     np.testing.assert_allclose(reward, np.stack(expected), rtol=4 * float(np.finfo(np.float32).eps))
+    one_for_all = rnj.NormalizeReward(
+        VmapAutoResetWrapper(base), num_tasks=2, task_of=lambda s: jnp.int32(1)
+    )
+    with pytest.raises(ValueError, match=r"task_of returned ids of shape \(\); expected the"):
+        scan_from_reset(one_for_all, base, 4, steps=1)

@@ -323,7 +323,7 @@ def test_bad_inputs_name_what_is_wrong():
         keyed.update(keyed.init(), jnp.ones(3))
     with pytest.raises(ValueError, match=r"num_tasks=None"):
         shared.update(shared.init(), jnp.ones(3), jnp.zeros(3, int))
-    with pytest.raises(TypeError, match="task should be integers"):
+    with pytest.raises(TypeError, match=r"task should be integer ids in \[0, 2\), one per target"):
         keyed.update(keyed.init(), jnp.ones(3), jnp.zeros(3))
     with pytest.raises(ValueError, match=r"task has shape \(2,\); expected \(3,\)"):
         keyed.update(keyed.init(), jnp.ones(3), jnp.zeros(2, int))

@@ -294,21 +294,23 @@ def check_task_shape(
     Where the suite does not say which of the rewards' axes are environments
     (``known_layout=False``: Jumanji's rewards may hold one number per agent),
     ids of a leading part of the rewards' shape fit too, one id for every
-    reward of an environment.
+    reward of an environment; the part holds at least the first axis, so one
+    id never stands for a whole batch.
 
     Raises:
       ValueError: naming ``task_of``, the shape it returned and the environments'.
     """
     shape = jnp.shape(task)
-    if shape == env_shape or (not known_layout and shape == env_shape[: len(shape)]):
+    leads = len(shape) > 0 and shape == env_shape[: len(shape)]  # at least the batch axis
+    if shape == env_shape or (not known_layout and leads):
         return task
     if known_layout:
         serves = "one environment" if env_shape == () else f"environments of shape {env_shape}"
         expected = f"{env_shape}, one task id per environment (this wrapper serves {serves})"
     else:
         expected = (
-            f"the rewards' shape {env_shape} or a leading part of it, one task id per "
-            "environment for all of its rewards"
+            f"the rewards' shape {env_shape} or a leading part of it with at least its first "
+            "axis, one task id per environment for all of its rewards"
         )
     raise ValueError(f"{wrapper}'s task_of returned ids of shape {shape}; expected {expected}.")
 
