@@ -9,6 +9,8 @@ Tests marked ``requires("mo_gymnasium")`` skip where the ``mo-gymnasium`` extra 
 import functools
 import math
 import pathlib
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -582,11 +584,14 @@ def chan_merge(moments, batch: np.ndarray):
 
 @pytest.mark.parametrize("kind", ["single", "vector"])
 @pytest.mark.parametrize(("objectives", "variances"), [("each", [4.0, 0.25]), ("shared", 16.0)])
-def test_statistics_assigned_before_the_first_step_are_kept_and_used(kind, objectives, variances):
-    env = scripted_wrapper(kind, ASSIGNED_REWARDS, objectives=objectives)
+@pytest.mark.parametrize("declare", [None, 2])
+def test_statistics_assigned_before_the_first_step_are_kept_and_used(
+    kind, objectives, variances, declare
+):
+    env = scripted_wrapper(kind, ASSIGNED_REWARDS, declare, objectives=objectives)
     rewards = rewards_of(kind, ASSIGNED_REWARDS)
     stats = trained_stats(objectives, variances)
-    env.return_rms = stats  # before the first step, with no declared layout
+    env.return_rms = stats  # before the first step: fits the declared layout, or any layout
     env.update_running_mean = False
     # Frozen: reward / sqrt(var + epsilon) with the assigned variances ([0.35, -2.0] and
     # [0.175, -0.25] for deep-sea-treasure's first treasure), not the prior's 1.
@@ -620,8 +625,15 @@ def test_a_declared_reward_space_gives_return_rms_its_layout_from_construction(k
     np.testing.assert_allclose(got, expected, rtol=RTOL)  # [0.35, -2.0] for the first env
 
 
-def test_a_declared_layout_gives_way_to_the_reward_the_first_step_returns():
-    # A wrapper between may change the reward (MO-Gymnasium's LinearReward gives one number).
+SCALAR_STEP_REFUSES_2 = (
+    r"return_rms holds an ObjectiveStats of 2 objectives, but the environment returned a reward "
+    r"of one number per environment: return_rms should be a RunningMeanStd of shape \(\)"
+)
+
+
+def test_default_statistics_of_a_declared_layout_give_way_to_another_first_reward():
+    # The environment declares 2 objectives and returns one number, as a wrapper that
+    # scalarizes the reward (other than LinearReward) gives.
     env = NormalizeReward(declared(ScriptedEnv([(2.0, False, False)] * 2), 2))
     assert isinstance(env.return_rms, ObjectiveStats)
     assert env.discounted_reward.shape == (1, 2)
@@ -632,15 +644,73 @@ def test_a_declared_layout_gives_way_to_the_reward_the_first_step_returns():
     assert env.discounted_reward.tolist() == [2.0]
     filled = NormalizeReward(declared(ScriptedEnv([(2.0, False, False)]), 2))
     filled.return_rms.set_state(trained_stats("each", [4.0, 0.25]).get_state())
-    with pytest.raises(
-        ValueError,
-        match=(
-            r"return_rms holds an ObjectiveStats of 2 objectives, but the environment returned "
-            r"a reward of one number per environment: return_rms should be a RunningMeanStd "
-            r"of shape \(\)"
-        ),
-    ):
+    with pytest.raises(ValueError, match=SCALAR_STEP_REFUSES_2):
         filled.step(0)
+
+
+def linear_reward(env: gym.Env, weights) -> gym.Env:
+    """MO-Gymnasium's ``LinearReward``: the dot product of the vector reward and ``weights``."""
+    from mo_gymnasium.wrappers import LinearReward
+
+    return LinearReward(env, np.asarray(weights, np.float64))
+
+
+@pytest.mark.requires("mo_gymnasium")
+@pytest.mark.parametrize("outer", [None, gym_wrappers.RecordEpisodeStatistics])
+def test_linear_reward_in_the_stack_declares_no_layout(outer):
+    # The environment declares 2 objectives; LinearReward, alone or below another wrapper,
+    # gives objective 0 alone (2.0).
+    script = [(np.array([2.0, 5.0]), False, False)] * 2
+    scalarized = linear_reward(declared(ScriptedEnv(script), 2), [1.0, 0.0])
+    env = NormalizeReward(scalarized if outer is None else outer(scalarized))
+    assert type(env.return_rms) is RunningMeanStd
+    assert env.discounted_reward.shape == (1,)
+    var = chan_merge((0.0, 1.0, 1e-4), np.array([2.0]))[1]  # the prior and one return
+    np.testing.assert_allclose(float(env.step(0)[1]), 2.0 / np.sqrt(var + EPSILON), rtol=RTOL)
+    assert type(env.return_rms) is RunningMeanStd
+    assert env.return_rms.samples == 1
+    assert env.discounted_reward.tolist() == [2.0]
+    # Nothing declared: any layout-valid value is kept, and the first step checks it.
+    filled = NormalizeReward(linear_reward(declared(ScriptedEnv(script), 2), [1.0, 0.0]))
+    filled.return_rms = trained_stats("each", [4.0, 0.25])
+    with pytest.raises(ValueError, match=SCALAR_STEP_REFUSES_2):
+        filled.step(0)
+
+
+@pytest.mark.requires("mo_gymnasium")
+def test_linear_reward_evaluation_takes_the_training_state_before_the_first_step(tmp_path):
+    env_id, weights, seed = "deep-sea-treasure-v0", [0.9, 0.1], 5
+    train = NormalizeReward(linear_reward(mo_make(env_id), weights))
+    for _ in play_single([train], 300, seed=seed):
+        pass
+    state = train.return_rms.get_state()
+    var = float(train.return_rms.var)
+    assert var > 10.0  # far from the prior's 1
+    evaluation = NormalizeReward(linear_reward(mo_make(env_id), weights))
+    assert type(evaluation.return_rms) is RunningMeanStd
+    assert evaluation.discounted_reward.shape == (1,)
+    evaluation.return_rms.set_state(state)  # before the first step
+    evaluation.save(tmp_path / "eval.ckpt")  # one number: a scalar reward's checkpoint
+    scalar = NormalizeReward(ScriptedEnv([]))
+    scalar.load(tmp_path / "eval.ckpt")
+    assert scalar.return_rms.get_state() == state
+    evaluation.update_running_mean = False
+    raw = linear_reward(mo_make(env_id), weights)
+    for (_, got, *_), (_, reward, *_) in play_single([evaluation, raw], 60, seed=11):
+        assert np.ndim(got) == 0
+        np.testing.assert_allclose(got, np.float64(reward) / np.sqrt(var + 1e-8), rtol=RTOL)
+    assert evaluation.return_rms.get_state() == state  # frozen
+
+
+def test_the_adapter_never_imports_mo_gymnasium():
+    code = (
+        "import sys, gymnasium as gym\n"
+        "from rewardnorm_jax.gymnasium import NormalizeReward, vector\n"
+        "NormalizeReward(gym.make('CartPole-v1'))\n"
+        "vector.NormalizeReward(gym.make_vec('CartPole-v1', 2))\n"
+        "assert 'mo_gymnasium' not in sys.modules, sorted(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.requires("mo_gymnasium")
@@ -756,6 +826,48 @@ def test_return_rms_of_another_layout_is_refused_at_assignment(kind, objectives,
     with pytest.raises(ValueError, match=message):
         env.return_rms = value()
     assert env.return_rms is before
+
+
+@pytest.mark.parametrize("kind", ["single", "vector"])
+@pytest.mark.parametrize(
+    ("objectives", "value", "message"),
+    [
+        ("each", RunningMeanStd, EACH_OF_2 + r"a RunningMeanStd of shape \(\)\."),
+        ("each", lambda: GymRunningMeanStd(shape=()), EACH_OF_2 + r"a .* shape \(\)\."),
+        ("each", lambda: GymRunningMeanStd(shape=(3,)), EACH_OF_2 + r"a .* shape \(3,\)\."),
+        ("each", lambda: ObjectiveStats(3), EACH_OF_2 + "an ObjectiveStats of 3 objectives"),
+        ("shared", lambda: GymRunningMeanStd(shape=(2,)), SHARED_OF_2 + r"a .* \(2,\)\."),
+        ("shared", lambda: ObjectiveStats(2), SHARED_OF_2 + "an ObjectiveStats of 2"),
+    ],
+)
+def test_return_rms_of_another_layout_than_declared_is_refused_at_assignment(
+    kind, objectives, value, message
+):
+    env = scripted_wrapper(kind, ASSIGNED_REWARDS, declare=2, objectives=objectives)
+    before = env.return_rms
+    with pytest.raises(ValueError, match=message):
+        env.return_rms = value()
+    assert env.return_rms is before
+    assert env._objective_shape is None  # refused before any step
+
+
+@pytest.mark.requires("mo_gymnasium")
+@pytest.mark.parametrize("kind", ["single", "vector"])
+def test_mo_gymnasiums_declared_layout_checks_assignments(kind):
+    def make(objectives: str):
+        if kind == "single":
+            return NormalizeReward(mo_make("deep-sea-treasure-v0"), objectives=objectives)
+        envs = mo_vector("deep-sea-treasure-v0", 3)
+        return vector.NormalizeReward(envs, objectives=objectives)
+
+    each = make("each")
+    with pytest.raises(ValueError, match=EACH_OF_2 + r"a RunningMeanStd of shape \(\)\."):
+        each.return_rms = RunningMeanStd()
+    with pytest.raises(ValueError, match=EACH_OF_2 + r"a .* shape \(3,\)\."):
+        each.return_rms = GymRunningMeanStd(shape=(3,))
+    shared, stats = make("shared"), RunningMeanStd()
+    shared.return_rms = stats  # one scale across the 2 objectives: valid
+    assert shared.return_rms is stats
 
 
 @pytest.mark.parametrize(

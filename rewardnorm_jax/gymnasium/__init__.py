@@ -70,14 +70,14 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     another shape later, or one that is neither, raises ValueError. An MO-Gymnasium environment
     declares its layout (``env.unwrapped.reward_space``, shape ``(k,)``), so ``return_rms`` has
     it from construction and ``eval_env.return_rms.set_state(train_env.return_rms.get_state())``
-    works before the first step; a wrapper between that changes the reward (MO-Gymnasium's
-    ``LinearReward``) leaves the first step to decide. Statistics assigned to ``return_rms`` are
-    kept and used, also when assigned before the first step as in Gymnasium's
+    works before the first step; with MO-Gymnasium's ``LinearReward`` (one number) in the
+    wrapped stack nothing is declared, and the first step decides. Statistics assigned to
+    ``return_rms`` are kept and used, also when assigned before the first step as in Gymnasium's
     ``eval_env.return_rms = train_env.return_rms``. Valid are, under ``objectives="each"`` for
     k objectives, an :class:`ObjectiveStats` of k objectives or Gymnasium's
     ``RunningMeanStd(shape=(k,))`` (converted into one), and otherwise a :class:`RunningMeanStd`
     of shape ``()`` (this library's or Gymnasium's); another value raises ValueError naming it,
-    at assignment once the layout is set, else at the step or load that sets it.
+    at assignment once the layout is set or declared, else at the step or load that sets it.
 
     Args:
         env: The environment to wrap.

@@ -4,13 +4,17 @@ import functools
 import math
 import os
 import pathlib
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 from flax import serialization
+from gymnasium import Wrapper
 from gymnasium import spaces as gym_spaces
 from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
+from gymnasium.vector import VectorWrapper
 
 from rewardnorm_jax._src import checkpoint, formulas
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
@@ -190,13 +194,41 @@ def saved_objective_shape(data: bytes) -> tuple[int, ...] | None:
     return None
 
 
+# The modules that define MO-Gymnasium's LinearReward: read where imported, never imported here.
+_LINEAR_REWARD_MODULES = ("mo_gymnasium.wrappers.wrappers", "mo_gymnasium.wrappers")
+
+
+def wrapper_stack(env) -> Iterator[Any]:
+    """``env``, then the ``.env`` of each Gymnasium wrapper (single or vector) below it."""
+    yield env
+    while isinstance(env, (Wrapper, VectorWrapper)):
+        env = env.env
+        yield env
+
+
+def scalarizes(env) -> bool:
+    """Whether a wrapper in ``env``'s stack is MO-Gymnasium's ``LinearReward`` (one number).
+
+    Without ``mo_gymnasium`` imported, no ``LinearReward`` can be in the stack: False.
+    """
+    modules = (sys.modules.get(name) for name in _LINEAR_REWARD_MODULES)
+    found = (getattr(module, "LinearReward", None) for module in modules)
+    classes = tuple(cls for cls in found if isinstance(cls, type))
+    return bool(classes) and any(isinstance(each, classes) for each in wrapper_stack(env))
+
+
 def declared_objective_shape(env) -> tuple[int, ...] | None:
     """The objective axes ``(k,)`` the environment declares, or None where it declares none.
 
     MO-Gymnasium's environments, and its vector environments (``MOSyncVectorEnv``,
     ``MOAsyncVectorEnv``), declare their reward as ``env.unwrapped.reward_space``, a Box of
-    shape ``(k,)`` (one environment's reward, also for a vector environment).
+    shape ``(k,)`` (one environment's reward, also for a vector environment). None also where
+    a wrapper in ``env``'s stack (``env`` and each ``.env`` below it) is MO-Gymnasium's
+    ``LinearReward``: it turns the vector into one number and declares no ``reward_space`` of its
+    own, so the layout is unknown until the first step.
     """
+    if scalarizes(env):
+        return None
     space = getattr(env.unwrapped, "reward_space", None)
     if isinstance(space, gym_spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
         return space.shape
@@ -272,11 +304,13 @@ class Normalizer:
     The reward's layout (one number, or a vector of k objectives, per environment) is set by the
     first step or a loaded checkpoint, whichever comes first: a vector reward gets returns with a
     trailing objective axis and, under ``objectives="each"``, :class:`ObjectiveStats`. Until
-    then, the layout the environment declares (MO-Gymnasium's ``reward_space``, see
-    :func:`declared_objective_shape`) shapes the default statistics and returns, so that
-    ``return_rms.set_state`` and ``save`` see that layout before the first step; a wrapper between
-    (MO-Gymnasium's ``LinearReward``) may change the reward, so the first step decides.
-    Statistics assigned to ``return_rms`` are kept (see :attr:`return_rms`).
+    then, the layout the environment declares (MO-Gymnasium's ``reward_space``, none with its
+    ``LinearReward`` in the stack, see :func:`declared_objective_shape`) shapes the default
+    statistics and returns, so that ``return_rms.set_state`` and ``save`` see that layout before
+    the first step, and checks assignments to ``return_rms``. A first step or checkpoint of
+    another layout replaces the default statistics while they hold the prior, and raises
+    ValueError otherwise. Statistics assigned to ``return_rms`` are kept (see
+    :attr:`return_rms`).
     """
 
     _checkpointed: tuple[tuple[str, str], ...] = ()
@@ -317,11 +351,12 @@ class Normalizer:
         :class:`ObjectiveStats` of k objectives, or Gymnasium's ``RunningMeanStd(shape=(k,))``:
         column i of it, with its count, is objective i's statistics, so it is converted into an
         :class:`ObjectiveStats` holding those values (a copy). An assignment is checked against
-        the layout once the first step or a loaded checkpoint has set it, and raises ValueError
-        naming the value and what is valid. Before, any value valid for some layout is kept
-        (an assignment may precede the first step, as in Gymnasium's evaluation pattern
-        ``eval_env.return_rms = train_env.return_rms``), and the step or checkpoint that sets
-        the layout raises ValueError if it does not fit, changing nothing.
+        the layout once the first step or a loaded checkpoint has set it, before that against
+        the layout the environment declares (see :func:`declared_objective_shape`), and raises
+        ValueError naming the value and what is valid. Where neither is known, any value valid
+        for some layout is kept (an assignment may precede the first step, as in Gymnasium's
+        evaluation pattern ``eval_env.return_rms = train_env.return_rms``), and the step or
+        checkpoint that sets the layout raises ValueError if it does not fit, changing nothing.
         """
         return self._return_rms
 
@@ -330,7 +365,7 @@ class Normalizer:
         shape = stats_shape(value)
         if shape is None or not self._may_hold(shape):
             raise ValueError(
-                f"return_rms should be {self._valid_stats(self._objective_shape)}; got "
+                f"return_rms should be {self._valid_stats(self._known_layout())}; got "
                 f"{describe_stats(value)}."
             )
         if shape and not isinstance(value, ObjectiveStats):
@@ -338,14 +373,15 @@ class Normalizer:
         self._return_rms, self._rms_assigned = value, True
 
     def _may_hold(self, shape: tuple[int, ...]) -> bool:
-        """Whether statistics of ``shape`` fit the layout, or some layout while it is unset."""
-        if self._objective_shape is not None:
-            return shape == self._stats_shape(self._objective_shape)
+        """Whether statistics of ``shape`` fit the layout set or declared, else some layout."""
+        layout = self._known_layout()
+        if layout is not None:
+            return shape == self._stats_shape(layout)
         per_objective = self._objectives == "each" and len(shape) == 1 and shape[0] >= 1
         return shape == () or per_objective
 
     def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:
-        """What ``return_rms`` may be for a layout (None: not set yet), for an error message."""
+        """What ``return_rms`` may be for a layout (None: not known yet), for an error message."""
         scalar = "a RunningMeanStd of shape () (this library's or Gymnasium's)"
         if objective_shape is None:
             if self._objectives == "shared":
@@ -431,11 +467,15 @@ class Normalizer:
             for attr, zeros in self._arrays(declared).items():
                 setattr(self, attr, zeros)
 
-    def _layout(self) -> tuple[int, ...]:
-        """The layout set, else the one declared, else one number."""
+    def _known_layout(self) -> tuple[int, ...] | None:
+        """The layout set, else the one declared, else None."""
         if self._objective_shape is not None:
             return self._objective_shape
-        return self._declared_shape or ()
+        return self._declared_shape
+
+    def _layout(self) -> tuple[int, ...]:
+        """The layout set, else the one declared, else one number."""
+        return self._known_layout() or ()
 
     def _use_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
         """Sets the layout on first use; a ValueError if ``source`` has another one.

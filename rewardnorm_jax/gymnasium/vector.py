@@ -47,9 +47,10 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     objective's statistics are then those this wrapper keeps of that objective's rewards alone,
     or one set learns every objective's returns under ``objectives="shared"``. MO-Gymnasium's
     vector environments declare k (``reward_space``, one environment's reward), so
-    ``return_rms`` and ``accumulated_reward`` have the layout from construction; statistics
-    assigned to ``return_rms``, before the first step too, are kept and checked as in the
-    single-environment wrapper.
+    ``return_rms`` and ``accumulated_reward`` have the layout from construction (none with
+    MO-Gymnasium's ``LinearReward`` in the wrapped stack); statistics assigned to
+    ``return_rms``, before the first step too, are kept and checked as in the single-environment
+    wrapper.
 
     Args:
         env: The vector environment to wrap.
