@@ -162,7 +162,6 @@ def test_stats_from_with_another_batch_size_keeps_per_task_statistics():
     wrapped = rgx.NormalizeReward(
         rgx.VecEnv(make_env()), GAMMA, num_tasks=NUM_TASKS, task_of=lambda s: s.task
     )
-    rollout(wrapped, lambda state: state.env_state.task)  # compiles the 16-env batch
     _, state = wrapped.reset(jax.random.split(jax.random.key(1), NUM_ENVS), None)
     for step_key in jax.random.split(jax.random.key(2), 5):
         keys = jax.random.split(step_key, NUM_ENVS)
