@@ -460,7 +460,8 @@ def describe(value) -> str:
     if isinstance(value, jax.core.Tracer):
         return f"a traced {dtype}{list(jnp.shape(value))} array"
     if isinstance(value, (np.ndarray, jax.Array)):
-        return f"a {dtype}{list(np.shape(value))} array"
+        article = "an" if str(dtype).startswith(("int", "object")) else "a"  # a uint8
+        return f"{article} {dtype}{list(np.shape(value))} array"
     text = repr(value)
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} (of type {type(value).__name__}" + (f", dtype {dtype})" if dtype else ")")
