@@ -696,3 +696,14 @@ def test_per_agent_rewards_of_a_five_value_step_get_an_error_naming_the_reward_s
     _, state = wrapped.reset(keys, params)
     with pytest.raises(ValueError, match=r"reward has shape \(4, 3\).*batch_shape=\(4,\)"):
         wrapped.step(keys, state, jnp.zeros(4, jnp.int32), params)
+
+
+def test_vec_env_refuses_a_single_key_by_name():
+    env, params = gymnax.make("CartPole-v1")
+    vec = rgx.VecEnv(env)
+    for key in (jax.random.key(0), jax.random.PRNGKey(0)):  # typed and raw
+        with pytest.raises(ValueError, match=r"VecEnv.reset takes one key per environment"):
+            vec.reset(key, params)
+    _, states = vec.reset(jax.random.split(jax.random.key(0), 2), params)
+    with pytest.raises(ValueError, match=r"VecEnv.step takes one key per environment"):
+        vec.step(jax.random.key(1), states, jnp.zeros(2, jnp.int32), params)

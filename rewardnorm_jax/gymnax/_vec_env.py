@@ -38,12 +38,39 @@ class VecEnv(GymnaxWrapper):
 
     @partial(jax.jit, static_argnames=("self",))
     def reset(self, key: jax.Array, params: Any = None):
-        """Resets every environment: ``key`` holds one key per environment."""
+        """Resets every environment: ``key`` holds one key per environment.
+
+        Raises:
+          ValueError: for a single key (the batch size is the keys').
+        """
+        check_batched_keys("reset", key)
         return jax.vmap(self._env.reset, in_axes=(0, None), axis_name=self.axis_name)(key, params)
 
     @partial(jax.jit, static_argnames=("self",))
     def step(self, key: jax.Array, state: Any, action: Any, params: Any = None):
-        """Steps every environment with batched keys, states and actions."""
+        """Steps every environment with batched keys, states and actions.
+
+        Raises:
+          ValueError: for a single key.
+        """
+        check_batched_keys("step", key)
         return jax.vmap(self._env.step, in_axes=(0, 0, 0, None), axis_name=self.axis_name)(
             key, state, action, params
+        )
+
+
+def check_batched_keys(method: str, key: jax.Array) -> None:
+    """Refuses a single key where :class:`VecEnv` needs one per environment.
+
+    Typed keys (``jax.random.key``) have the batch's shape; raw ``uint32``
+    keys (``jax.random.PRNGKey``) carry the key data on a trailing axis.
+
+    Raises:
+      ValueError: naming the method, the key's shape and the call that splits it.
+    """
+    if jax.random.key_data(key).ndim < 2:
+        raise ValueError(
+            f"VecEnv.{method} takes one key per environment (the batch size is the keys'), "
+            f"got a single key of shape {jax.numpy.shape(key)}: split it, e.g. "
+            f"VecEnv(env).{method}(jax.random.split(key, num_envs), ...)."
         )
