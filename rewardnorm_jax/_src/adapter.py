@@ -189,7 +189,7 @@ class TransformWrapper:
             align_flag("terminated", terminated, reward),
             align_flag("truncated", truncated, reward),
             update_stats,
-            **({} if task is None else {"task": task}),
+            **base.task_keyword(self._transform, task),
         )
 
 
@@ -283,7 +283,7 @@ def any_task(transform: RewardTransform) -> dict[str, jax.Array]:
     A keyed transform gets task 0 for every environment (one id, spread over
     the environments), which no statistics ever see; any other gets none.
     """
-    return {} if transform.num_tasks is None else {"task": jnp.zeros((), jnp.int32)}
+    return base.task_keyword(transform, jnp.zeros((), jnp.int32))
 
 
 def check_task_shape(
@@ -411,8 +411,7 @@ def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.
             f"{reward_shape}: an episode end must be one per environment (the reward's "
             "leading axes) or one per reward."
         )
-    flag = jnp.reshape(flag, shape + (1,) * (len(reward_shape) - len(shape)))
-    return jnp.broadcast_to(flag, reward_shape)
+    return base.spread(flag, reward_shape)
 
 
 def check_placement(

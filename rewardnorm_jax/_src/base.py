@@ -178,20 +178,20 @@ def _without_task(normalize: Callable, step: Callable, config: Config) -> tuple[
         refuse_task(task, config)
         return normalize(state, reward)
 
-    def step_unkeyed(
-        state,
-        reward,
-        terminated=False,
-        truncated=False,
-        update_stats=True,
-        *,
-        active=None,
-        task=None,
-    ):
+    def step_unkeyed(*args, task=None, **kwargs):
         refuse_task(task, config)
-        return step(state, reward, terminated, truncated, update_stats, active=active)
+        return step(*args, **kwargs)
 
     return normalize_unkeyed, step_unkeyed
+
+
+def task_keyword(transform: RewardTransform, task) -> dict[str, Any]:
+    """``{"task": task}`` for a keyed transform, ``{}`` for any other: the keyword to call it with.
+
+    Transforms built before ``task`` existed may not take the keyword, so an
+    unkeyed transform is called without it.
+    """
+    return {} if transform.num_tasks is None else {"task": task}
 
 
 def refuse_task(task, config: Config) -> None:
@@ -221,7 +221,8 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
         check_batch_shape(batch_shape)
         return EmptyState()
 
-    def update(state, reward, terminated=False, truncated=False, *, active=None):
+    def update(state, reward, terminated=False, truncated=False, *, active=None, task=None):
+        refuse_task(task, config)
         check_state(state, init, (), config)
         check_step_kinds(reward, terminated=terminated, truncated=truncated, active=active)
         return state
@@ -247,11 +248,7 @@ def stateless(fn: Callable[[jax.Array], jax.Array], config: Config = NO_CONFIG) 
         )
         return normalize(state, reward), state
 
-    def update_unkeyed(state, reward, terminated=False, truncated=False, *, active=None, task=None):
-        refuse_task(task, config)
-        return update(state, reward, terminated, truncated, active=active)
-
-    return RewardTransform(init, update_unkeyed, *_without_task(normalize, step, config), config)
+    return RewardTransform(init, update, *_without_task(normalize, step, config), config)
 
 
 def check_batch_shape(batch_shape, name: str = "batch_shape") -> Shape:
@@ -521,11 +518,20 @@ def check_reward(name: str, value):
     return value
 
 
+def spread(value: jax.typing.ArrayLike, shape: Shape) -> jax.Array:
+    """``value``, of a leading part of ``shape``, broadcast over the trailing axes it lacks.
+
+    One value per environment, shape ``(N,)``, serves every reward of that
+    environment when the rewards have shape ``(N, k)``: it is read as
+    ``(N, 1)`` and broadcast to ``(N, k)``.
+    """
+    value = jnp.reshape(value, jnp.shape(value) + (1,) * (len(shape) - jnp.ndim(value)))
+    return jnp.broadcast_to(value, shape)
+
+
 def as_flag(value, batch_shape: Shape, name: str) -> jax.Array:
     """A boolean array of ``batch_shape`` from a flag of a leading part of its shape."""
-    flag = jnp.asarray(check_flag(name, value), dtype=bool)
-    flag = flag.reshape(flag.shape + (1,) * (len(batch_shape) - flag.ndim))
-    return jnp.broadcast_to(flag, batch_shape)
+    return spread(jnp.asarray(check_flag(name, value), dtype=bool), batch_shape)
 
 
 def check_update_stats(update_stats):

@@ -361,8 +361,7 @@ def normalize_reward(
                 "wrapper reads them with task_of=."
             )
         ids = base.check_task(task, env_shape, num_tasks, "environment", leading=True)
-        ids = ids.reshape(ids.shape + (1,) * (len(env_shape) - ids.ndim))
-        return jnp.broadcast_to(ids, env_shape)
+        return base.spread(ids, env_shape)
 
     def divisor_var(running, ret_abs_max) -> jax.Array:
         """The variance the rewards are divided by (floored by ``g_max``)."""

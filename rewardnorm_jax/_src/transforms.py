@@ -104,7 +104,6 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     """
     if not all(isinstance(t, base.RewardTransform) for t in transforms):
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
-    keyed = tuple(t.num_tasks is not None for t in transforms)
     counts = sorted({t.num_tasks for t in transforms if t.num_tasks is not None})
     if len(counts) > 1:
         raise ValueError(
@@ -133,16 +132,16 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
         except TypeError as error:
             raise TypeError(f"chain member {position}: {error}") from error
 
-    def _task_for(position: int, task) -> dict:
-        """The keyword that passes ``task`` to member ``position``, if it takes task ids."""
-        return {"task": task} if keyed[position] else {}
-
     def normalize(state, reward, *, task=None):
         _check(state)
         base.check_reward("reward", reward)
         for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
             reward = _member(
-                position, transform.normalize, sub_state, reward, **_task_for(position, task)
+                position,
+                transform.normalize,
+                sub_state,
+                reward,
+                **base.task_keyword(transform, task),
             )
         return reward
 
@@ -175,7 +174,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
                 truncated,
                 update_stats,
                 active=active,
-                **_task_for(position, task),
+                **base.task_keyword(transform, task),
             )
             new_state.append(sub_state)
         return reward, tuple(new_state)
