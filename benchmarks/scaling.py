@@ -57,7 +57,7 @@ from benchmarks.stream import (
     next_step_active,
     ours_scan,
 )
-from rewardnorm_jax._src import summation
+from rewardnorm_jax._src.stats import summation
 
 MAX_ELEMENTS = 2**24  # T * N of the largest stream
 SIZES = (1, 8, 64, 1024, 4096, 16384, 65536, 262144, 1048576)

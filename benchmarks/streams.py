@@ -85,14 +85,17 @@ def dict_scan(transform):
 
 def variants(num_tasks_list=(16, 256)):
     """Name -> (scan, which rewards: scalar or three)."""
-    each = rn.normalize_reward(GAMMA, components=1)
+    each = rn.normalize_reward(GAMMA, statistics=rn.Statistics(components=1))
     found = {"shared": (scan_of(rn.normalize_reward(GAMMA)), "scalar")}
     for k in num_tasks_list:
-        found[f"tasks {k}"] = (scan_of(rn.normalize_reward(GAMMA, num_tasks=k), True), "scalar")
+        found[f"tasks {k}"] = (
+            scan_of(rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=k)), True),
+            "scalar",
+        )
     found["(N, 3) shared"] = (scan_of(rn.normalize_reward(GAMMA)), "three")
     found["(N, 3) each"] = (scan_of(each), "three")
     found["dict of 3 each"] = (dict_scan(each), "three")
-    found["intrinsic"] = (scan_of(rn.normalize_reward(GAMMA, episodic=False)), "scalar")
+    found["intrinsic"] = (scan_of(rn.normalize_reward(GAMMA, semantics="non_episodic")), "scalar")
     return found
 
 

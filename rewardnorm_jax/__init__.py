@@ -1,7 +1,7 @@
 """rewardnorm_jax: functional reward transforms for reinforcement learning in JAX.
 
 Reward normalization (running statistics of the discounted return), clipping,
-scaling and arbitrary transforms as pure ``init`` / ``update`` / ``normalize`` /
+scaling and arbitrary transforms as pure ``init`` / ``update`` / ``apply`` /
 ``step`` functions over immutable state pytrees, and PopArt for value targets.
 Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
@@ -13,7 +13,7 @@ Adapters, each an extra that alone imports its framework:
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
 from rewardnorm_jax._src.checkpoint import load_state, save_state
-from rewardnorm_jax._src.checks import CheckFiniteRewardState, check_finite_reward
+from rewardnorm_jax._src.finite_reward import CheckFiniteRewardState, check_finite_reward
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
@@ -24,15 +24,16 @@ from rewardnorm_jax._src.percentile import (
     update_percentiles,
 )
 from rewardnorm_jax._src.popart import PopArt, PopArtState, popart, preserve_outputs
-from rewardnorm_jax._src.replay import normalize_sampled
-from rewardnorm_jax._src.running_stats import (
+from rewardnorm_jax._src.replay import apply_sampled
+from rewardnorm_jax._src.semantics import Semantics
+from rewardnorm_jax._src.stats.placement import Statistics
+from rewardnorm_jax._src.stats.running import (
     PRIOR_COUNT,
     RunningStats,
     count_as_int,
     init_stats,
     merge_stats,
 )
-from rewardnorm_jax._src.semantics import Semantics
 from rewardnorm_jax._src.transforms import (
     chain,
     clip_reward,
@@ -62,6 +63,8 @@ __all__ = [
     "RewardTransform",
     "RunningStats",
     "Semantics",
+    "Statistics",
+    "apply_sampled",
     "chain",
     "check_finite_reward",
     "clip_reward",
@@ -71,7 +74,6 @@ __all__ = [
     "load_state",
     "merge_stats",
     "normalize_reward",
-    "normalize_sampled",
     "percentile_scale",
     "percentile_scale_reward",
     "popart",

@@ -381,7 +381,9 @@ def keyed(dtype_name: str) -> dict:
         rewards = (rng.normal(1.0, 1.0, (STEPS, PADDED_ENVS, 2)) * scale).astype(dtype)
 
         def norm(axis_name):
-            return rn.normalize_reward(GAMMA, num_tasks=5, components=1, axis_name=axis_name)
+            return rn.normalize_reward(
+                GAMMA, axis_name=axis_name, statistics=rn.Statistics(components=1, num_tasks=5)
+            )
 
         def run(axis_name, state, rewards, terminated, tasks):
             transform = norm(axis_name)

@@ -43,10 +43,11 @@ def test_normalize_reward_keeps_its_hyperparameters_and_transform(name):
     wrapped = module.NormalizeReward(env, 0.9, 1e-6, semantics="sb3", per_env=True)
     assert (wrapped.gamma, wrapped.epsilon) == (0.9, 1e-6)
     assert wrapped.transform.config == rn.normalize_reward(0.9, 1e-6, semantics="sb3").config
-    shared_off = module.NormalizeReward(env, shared=False)  # per environment, said otherwise
-    assert shared_off.transform.config["shared"] is False
+    per_env = module.NormalizeReward(env, statistics=rn.Statistics(per_env=True))
+    assert per_env.transform.per_env
+    assert per_env.transform.config.statistics.per_env
     clipped = module.RewardTransformWrapper(env, rn.clip_reward())
-    assert clipped.transform.config["transform"] == "clip_reward"
+    assert clipped.transform.config.name == "clip_reward"
 
 
 def make_env(name):
@@ -84,7 +85,9 @@ def test_per_env_around_a_batch_is_refused_for_shared_false():
     keys = jax.random.split(jax.random.key(0), 3)
     with pytest.raises(ValueError, match=r"per_env=True but serves a batch of shape \(3,\)"):
         rgx.NormalizeReward(rgx.VecEnv(env), per_env=True).reset(keys, params)
-    _, state = rgx.NormalizeReward(rgx.VecEnv(env), shared=False).reset(keys, params)
+    _, state = rgx.NormalizeReward(rgx.VecEnv(env), statistics=rn.Statistics(per_env=True)).reset(
+        keys, params
+    )
     assert state.transform_state.stats.mean.shape == (3,)  # one set per environment
 
 

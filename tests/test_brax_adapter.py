@@ -243,7 +243,9 @@ def test_brax_sac_trains_on_normalized_rewards_and_evaluates_raw_returns():
 
 def test_wrap_env_fn_passes_task_ids_to_a_keyed_chain():
     # Keyed statistics behind wrap_env_fn got no ids: every environment merged into task 0.
-    transform = rn.chain(rn.normalize_reward(GAMMA, num_tasks=3), rn.clip_reward(-5.0, 5.0))
+    transform = rn.chain(
+        rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=3)), rn.clip_reward(-5.0, 5.0)
+    )
     with pytest.raises(ValueError, match="num_tasks and task_of go together"):
         rnb.wrap_env_fn(transform)
     task_of = lambda state: jnp.arange(4) % 3  # noqa: E731  (environment i runs task i % 3)
@@ -261,6 +263,6 @@ def test_wrap_env_fn_passes_task_ids_to_a_keyed_chain():
 
 
 def test_components_on_scalar_brax_rewards_is_refused():
-    wrapped = rnb.NormalizeReward(pendulum(), components=1)
+    wrapped = rnb.NormalizeReward(pendulum(), statistics=rn.Statistics(components=1))
     with pytest.raises(ValueError, match=r"has components=1: .* one number per environment"):
         jax.eval_shape(wrapped.reset, jax.random.split(jax.random.PRNGKey(0), 4))

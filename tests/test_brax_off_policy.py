@@ -3,7 +3,7 @@
 A Brax environment collects through ``wrap_env_fn(normalize_reward(...,
 g_max=...))`` into Brax SAC's own replay buffer, which keeps the raw rewards
 (``state.metrics["raw_reward"]``); each sampled batch is normalized by
-:func:`rewardnorm_jax.normalize_sampled` with the statistics of that moment,
+:func:`rewardnorm_jax.apply_sampled` with the statistics of that moment,
 and goes into Brax SAC's critic loss.
 """
 
@@ -91,7 +91,7 @@ def test_replay_rewards_are_normalized_when_sampled_with_the_collection_statisti
 
     # A sample of another size than the collecting batch, normalized with those statistics.
     _, sample = buffer.sample(buffer_state)
-    normalized = rn.normalize_sampled(norm, learned, sample.reward)
+    normalized = rn.apply_sampled(norm, learned, sample.reward)
     std = np.sqrt(np.float64(learned.stats.var) + EPSILON)
     floor = np.float64(learned.ret_abs_max) / G_MAX
     assert floor > std  # the g_max floor sets the divisor here

@@ -1,5 +1,6 @@
 """normalize_reward: golden numbers, the three semantics, freeze, masks, transformations."""
 
+import dataclasses
 import functools
 
 import chex
@@ -118,7 +119,7 @@ def test_sb3_test_stream_statistics(semantics, mean, var):
     if var is not None:
         assert float(state.stats.var) == pytest.approx(var, rel=1e-6)
     assert rn.count_as_int(state.stats) == 6002
-    assert float(state.stats.count) == pytest.approx(6002.0001, rel=1e-7)
+    assert float(state.stats.total_weight) == pytest.approx(6002.0001, rel=1e-7)
 
 
 def test_next_step_autoreset_masking_with_active():
@@ -141,14 +142,22 @@ def test_sb3_clips_at_ten_by_default_and_chain_reproduces_it():
     clipped, _, _ = run_stream(rn.normalize_reward(semantics="sb3"), rewards, terminated, truncated)
     assert float(jnp.max(clipped)) == 10.0
     chained, _, _ = run_stream(
-        rn.chain(rn.normalize_reward(semantics="sb3", clip=None), rn.clip_reward(-10.0, 10.0)),
+        rn.chain(
+            rn.normalize_reward(
+                semantics=dataclasses.replace(rn.Semantics.preset("sb3"), clip=None)
+            ),
+            rn.clip_reward(-10.0, 10.0),
+        ),
         rewards,
         terminated,
         truncated,
     )
     np.testing.assert_array_equal(clipped, chained)
     unclipped, _, _ = run_stream(
-        rn.normalize_reward(semantics="sb3", clip=None), rewards, terminated, truncated
+        rn.normalize_reward(semantics=dataclasses.replace(rn.Semantics.preset("sb3"), clip=None)),
+        rewards,
+        terminated,
+        truncated,
     )
     assert float(jnp.max(unclipped)) > 10.0
 
@@ -354,7 +363,7 @@ def test_freeze_is_a_traced_flag_inside_jit():
     frozen_out, frozen = step(state, jnp.array([5.0, 5.0]), False, False, jnp.array(False))
     chex.assert_trees_all_equal(frozen.stats, state.stats)
     assert not np.array_equal(frozen.ret, state.ret)  # gymnasium: G keeps accumulating
-    np.testing.assert_allclose(frozen_out, norm.normalize(state, jnp.array([5.0, 5.0])), rtol=1e-6)
+    np.testing.assert_allclose(frozen_out, norm.apply(state, jnp.array([5.0, 5.0])), rtol=1e-6)
     sb3 = rn.normalize_reward(semantics="sb3")
     sb3_state = sb3.update(sb3.init((2,)), jnp.array([1.0, 2.0]))
     _, sb3_frozen = jax.jit(sb3.step)(sb3_state, jnp.array([5.0, 5.0]), False, False, False)
@@ -379,14 +388,18 @@ def test_numpy_scalar_hyperparameters_are_accepted():
     _, state = norm.step(state, 2.0)
     assert float(state.ret) == 2.5
     clip = rn.clip_reward(np.float32(-1.0), np.float32(1.0))
-    assert float(clip.normalize(clip.init(), 3.0)) == 1.0
+    assert float(clip.apply(clip.init(), 3.0)) == 1.0
     with pytest.raises(ValueError, match="gamma should be in the interval"):
         rn.normalize_reward(gamma=True)
 
 
 def test_concrete_array_hyperparameters_are_accepted_and_traced_ones_named():
     for gamma in (jnp.float32(0.5), np.array(0.5), jnp.array(0.5, jnp.bfloat16)):
-        norm = rn.normalize_reward(gamma=gamma, epsilon=jnp.float32(1e-8), clip=jnp.array(10.0))
+        norm = rn.normalize_reward(
+            gamma=gamma,
+            epsilon=jnp.float32(1e-8),
+            semantics=dataclasses.replace(rn.Semantics.preset("gymnasium"), clip=jnp.array(10.0)),
+        )
         _, state = norm.step(norm.init(), 1.0)
         assert float(norm.step(state, 2.0)[1].ret) == 2.5
     with pytest.raises(ValueError, match="gamma should be in the interval"):
@@ -410,7 +423,7 @@ def test_participants_that_freeze_withhold_their_samples_from_shared_statistics(
         returns = gamma * returns + reward  # gymnasium: a freeze does not stop the return
         expected_stats = rn.merge_stats(expected_stats, returns, flags)
     np.testing.assert_allclose(state.ret, returns, rtol=1e-6)
-    for field in ("mean", "var", "count"):
+    for field in ("mean", "var", "total_weight"):
         values = np.asarray(getattr(state.stats, field))
         np.testing.assert_array_equal(values, values[0])  # identical on every participant
         np.testing.assert_allclose(values[0], getattr(expected_stats, field), rtol=1e-6)
@@ -495,7 +508,7 @@ def test_state_round_trips_through_flax_serialization_bit_exactly():
         ({"gamma": float("nan")}, "gamma should be in the interval"),
         ({"epsilon": 0.0}, "epsilon should be a positive number .*, got epsilon=0.0"),
         ({"epsilon": -1e-8}, "epsilon should be a positive number"),
-        ({"clip": -1.0}, "clip should be a positive number"),
+        ({"g_max": -1.0}, "g_max should be a positive number"),
         ({"semantics": "rllib"}, "semantics='rllib' is not known"),
     ],
 )
@@ -522,5 +535,7 @@ def test_stateless_transform_errors():
         rn.transform_reward(3.0)  # type: ignore[arg-type]  # deliberately invalid
     with pytest.raises(ValueError, match="scale should be a finite number"):
         rn.scale_reward(float("inf"))
-    with pytest.raises(ValueError, match="chain of 2 transforms got a state"):
+    with pytest.raises(
+        ValueError, match="the state has NormalizeRewardState, this transform expects tuple of 2"
+    ):
         rn.chain(rn.clip_reward(), rn.normalize_reward()).step(rn.normalize_reward().init(), 1.0)

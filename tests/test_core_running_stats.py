@@ -17,7 +17,7 @@ def test_initial_state_matches_gymnasium_running_mean_std():
     stats = rn.init_stats()
     assert float(stats.mean) == 0.0
     assert float(stats.var) == 1.0
-    assert float(stats.count) == pytest.approx(1e-4, rel=1e-6)
+    assert float(stats.total_weight) == pytest.approx(1e-4, rel=1e-6)
     assert stats.mean.dtype == jnp.float32
     assert stats.count_hi.dtype == stats.count_lo.dtype == jnp.uint32
 
@@ -54,7 +54,7 @@ def test_matches_reference_with_masks(batches, data):
             stats = MERGE(stats, jnp.asarray(batch), jnp.asarray(mask))
         np.testing.assert_allclose(float(stats.mean), ref.mean, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(float(stats.var), ref.var, rtol=1e-11, atol=1e-14)
-        np.testing.assert_allclose(float(stats.count), ref.count, rtol=1e-15)
+        np.testing.assert_allclose(float(stats.total_weight), ref.count, rtol=1e-15)
 
 
 @settings(max_examples=25, deadline=None)

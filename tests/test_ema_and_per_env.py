@@ -69,7 +69,7 @@ def test_ema_stats_match_weighted_reference_with_varying_masks():
         mean, var, weight = weighted_reference(batches, masks, BETA)
         np.testing.assert_allclose(float(stats.mean), mean, rtol=1e-12)
         np.testing.assert_allclose(float(stats.var), var, rtol=1e-11)
-        np.testing.assert_allclose(float(stats.count), weight, rtol=1e-12)
+        np.testing.assert_allclose(float(stats.total_weight), weight, rtol=1e-12)
         assert int(rn.count_as_int(stats)) == sum(int(m.sum()) for m in masks)
 
 
@@ -87,7 +87,9 @@ def test_bias_correction_equals_adams_for_constant_batch_size():
             naive = BETA * naive + (1 - BETA) * batch.mean()
             corrected = naive / (1 - BETA**t)
             weight = n * (1 - BETA**t) / (1 - BETA)
-            np.testing.assert_allclose(float(stats.count), weight + 1e-4 * BETA**t, rtol=1e-13)
+            np.testing.assert_allclose(
+                float(stats.total_weight), weight + 1e-4 * BETA**t, rtol=1e-13
+            )
             np.testing.assert_allclose(float(stats.mean), corrected, rtol=1e-4 / weight * 1.01)
         # Without the correction the first steps would be far off: 5 * (1 - 0.9^6) = 2.3.
         assert abs(naive - batches.mean()) > 2.0
@@ -124,7 +126,7 @@ def test_ema_update_under_vmap_axis_name_equals_one_merged_batch():
         return jax.vmap(update, axis_name="d")(parts), rn.merge_stats(stats, parts.reshape(20, 6))
 
     per_device, merged = per_device_and_merged(parts)
-    for name in ("mean", "var", "count"):
+    for name in ("mean", "var", "total_weight"):
         got = getattr(per_device, name)
         np.testing.assert_allclose(got[0], getattr(merged, name), rtol=2e-6)
         np.testing.assert_array_equal(got[0], got[3])  # every participant agrees
@@ -137,7 +139,7 @@ def test_normalize_reward_with_decay_matches_reference():
     terminated = rng.random((steps, num_envs)) < 0.1
     with jax.enable_x64(True):
         outputs, state = run_stream(
-            rn.normalize_reward(gamma, epsilon, decay=BETA),
+            rn.normalize_reward(gamma, epsilon, statistics=rn.Statistics(decay=BETA)),
             jnp.asarray(rewards),
             jnp.asarray(terminated),
         )
@@ -189,7 +191,9 @@ def test_per_env_stats_equal_gymnasium_single_env_wrappers():
         expected[:, i] = [env.step(0)[1] for _ in range(steps)]
     with jax.enable_x64(True):
         outputs, state = run_stream(
-            rn.normalize_reward(0.95, shared=False), jnp.asarray(rewards), jnp.asarray(terminated)
+            rn.normalize_reward(0.95, statistics=rn.Statistics(per_env=True)),
+            jnp.asarray(rewards),
+            jnp.asarray(terminated),
         )
     assert state.stats.mean.shape == (3,)
     np.testing.assert_allclose(outputs, expected, rtol=1e-10)
@@ -206,9 +210,9 @@ def test_per_env_equals_vmap_of_single_env():
     rng = np.random.default_rng(6)
     rewards = jnp.asarray(rng.normal(0, 1, (25, 5)) * np.arange(1, 6), jnp.float32)
     terminated = jnp.asarray(rng.random((25, 5)) < 0.1)
-    norm = rn.normalize_reward(0.99, shared=False, decay=decay)
+    norm = rn.normalize_reward(0.99, statistics=rn.Statistics(per_env=True, decay=decay))
     batched, _ = run_stream(norm, rewards, terminated)
-    single = rn.normalize_reward(0.99, decay=decay)
+    single = rn.normalize_reward(0.99, statistics=rn.Statistics(decay=decay))
     looped = jax.jit(jax.vmap(lambda r, d: scan_steps(single, r, d)[1], in_axes=1, out_axes=1))(
         rewards, terminated
     )
@@ -256,7 +260,9 @@ def test_g_max_floor_matches_simba_formula():
 
 
 def test_state_structure_is_stable_under_scan_and_cond():
-    configs: list[dict[str, Any]] = [{"decay": 0.99, "shared": False, "g_max": 10.0}]
+    configs: list[dict[str, Any]] = [
+        {"statistics": rn.Statistics(per_env=True, decay=0.99), "g_max": 10.0}
+    ]
     for kwargs in configs:
         norm = rn.normalize_reward(**kwargs)
         state = norm.init((3,))
@@ -265,7 +271,7 @@ def test_state_structure_is_stable_under_scan_and_cond():
         _, new_state = step(state, jnp.ones(3), flags, flags, jnp.bool_(True))
         chex.assert_trees_all_equal_shapes_and_dtypes(new_state, state)
         frozen, frozen_state = step(new_state, jnp.full(3, 9.0), flags, flags, jnp.bool_(False))
-        expected = jax.jit(norm.normalize)(new_state, jnp.full(3, 9.0))
+        expected = jax.jit(norm.apply)(new_state, jnp.full(3, 9.0))
         np.testing.assert_allclose(frozen, expected, rtol=1e-6)
         chex.assert_trees_all_equal(frozen_state.stats, new_state.stats)
 
@@ -281,5 +287,6 @@ def test_state_structure_is_stable_under_scan_and_cond():
     ],
 )
 def test_bad_options_raise(kwargs, name):
+    build = rn.Statistics if "decay" in kwargs else rn.normalize_reward
     with pytest.raises(ValueError, match=name):
-        rn.normalize_reward(**kwargs)
+        build(**kwargs)

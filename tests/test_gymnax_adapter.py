@@ -1,5 +1,6 @@
 """rewardnorm_jax.gymnax against the core, a PureJaxRL-style reference and gymnax's wrappers."""
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -412,7 +413,11 @@ def test_stats_from_keeps_everything_but_the_returns():
 
 def test_normalize_reward_passes_options_to_the_core():
     env, params = gymnax.make("CartPole-v1")
-    wrapped = rgx.NormalizeReward(rgx.VecEnv(env), shared=False, clip=3.0)
+    wrapped = rgx.NormalizeReward(
+        rgx.VecEnv(env),
+        semantics=dataclasses.replace(rn.Semantics.preset("gymnasium"), clip=3.0),
+        statistics=rn.Statistics(per_env=True),
+    )
     _, state = jax.eval_shape(wrapped.reset, jax.random.split(jax.random.key(0), 5), params)
     assert state.transform_state.stats.moments.shape[:-1] == (5,)  # one set per environment
     with pytest.raises(TypeError, match="no_such_option"):
@@ -428,7 +433,12 @@ def test_normalize_reward_passes_options_to_the_core():
         (lambda env: rgx.NormalizeReward(env, gamma=99), "gamma"),
         (lambda env: rgx.NormalizeReward(env, epsilon=0.0), "epsilon"),
         (lambda env: rgx.NormalizeReward(env, semantics="brax"), "semantics"),
-        (lambda env: rgx.NormalizeReward(env, clip=-1.0), "clip"),
+        (
+            lambda env: rgx.NormalizeReward(
+                env, semantics=dataclasses.replace(rn.Semantics.preset("gymnasium"), clip=-1.0)
+            ),
+            "clip",
+        ),
         (lambda env: rgx.NormalizeReward(env, dtype=jnp.float16), "dtype"),
         (lambda env: rgx.ClipReward(env, 1.0, -1.0), "low"),
         (lambda env: rgx.TransformReward(env, 3.0), "fn"),  # type: ignore[arg-type]  # deliberately invalid
@@ -633,7 +643,10 @@ def test_a_per_env_wrapper_under_an_unnamed_vmap_must_say_where_its_statistics_l
     _, state = named.reset(keys, params)
     _, state, *_ = named.step(keys, state, actions, params)
     assert rn.count_as_int(state.transform_state.stats).tolist() == [4, 4, 4, 4]
-    assert rgx.NormalizeReward(env, shared=False).reset(keys[0], params)[1] is not None
+    assert (
+        rgx.NormalizeReward(env, statistics=rn.Statistics(per_env=True)).reset(keys[0], params)[1]
+        is not None
+    )
 
 
 def test_step_refuses_a_string_flag_and_a_batched_state_takes_one_per_environment():

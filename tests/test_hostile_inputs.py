@@ -409,7 +409,7 @@ def test_complex_rewards_are_refused_by_every_transform(name):
     message = (
         r"reward should hold real numbers .* got reward=a complex64\[4\] array \(pass jnp.real"
     )
-    for fn in (transform.step, transform.update, transform.normalize):
+    for fn in (transform.step, transform.update, transform.apply):
         with pytest.raises(TypeError, match=message):
             fn(state, reward)
     with pytest.raises(TypeError, match=r"got reward=a traced complex64\[4\] array"):
@@ -534,12 +534,16 @@ def test_boolean_hyperparameters_take_bools_only():
         (jnp.asarray(True), True),
         (np.array(False), False),
     ]
-    for name in ("shared", "finite_rewards"):
-        for value in refused:
-            with pytest.raises(TypeError, match=rf"{name} should be a bool, got {name}="):
-                rn.normalize_reward(**{name: value})
-        for value, expected in accepted:
-            assert rn.normalize_reward(**{name: value}).config[name] is expected
+    for value in refused:
+        with pytest.raises(TypeError, match=r"per_env should be a bool, got per_env="):
+            rn.Statistics(per_env=value)
+        with pytest.raises(
+            TypeError, match=r"finite_rewards should be a bool, got finite_rewards="
+        ):
+            rn.normalize_reward(finite_rewards=value)
+    for value, expected in accepted:
+        assert rn.Statistics(per_env=value).per_env is expected
+        assert rn.normalize_reward(finite_rewards=value).config.finite_rewards is expected
     numpy_true: Any = np.True_
     semantics = rn.Semantics("mine", "never", "done", freeze_stops_return=numpy_true)
     assert semantics.freeze_stops_return is True
@@ -576,5 +580,10 @@ def test_count_as_int_under_jit_says_where_to_call_it():
 )
 def test_a_float16_hyperparameter_is_checked_at_its_value(name, value):
     """float16(1e-8) is 0: compared in float16, float32's tiny rounded to 0 and let it pass."""
+    def build():
+        if name == "clip":  # the clip is the semantics'
+            return rn.normalize_reward(semantics=rn.Semantics("s", "never", "never", clip=value))
+        return rn.normalize_reward(**{name: value})
+
     with pytest.raises(ValueError, match=f"{name} should be a positive number"):
-        rn.normalize_reward(**{name: value})
+        build()

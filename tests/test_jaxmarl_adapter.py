@@ -64,7 +64,9 @@ def vmapped(wrapped, steps=STEPS, axis_name="envs", freeze_from=None):
 def rollout(name, components, dtype=None):
     """``NormalizeReward(LogWrapper(env))`` over 8 environments sharing one set of statistics."""
     env = LogWrapper(jaxmarl.make(name, **ENVS[name]))
-    wrapped = rnm.NormalizeReward(env, GAMMA, components=components, axis_name="envs", dtype=dtype)
+    wrapped = rnm.NormalizeReward(
+        env, GAMMA, axis_name="envs", dtype=dtype, statistics=rn.Statistics(components=components)
+    )
     return jax.tree.map(np.asarray, vmapped(wrapped))
 
 
@@ -164,13 +166,15 @@ def test_placement_is_said_or_refused():
         jax.vmap(unshared.reset, axis_name="envs")(keys)
     with pytest.raises(ValueError, match=r"axis_name='envs'"):
         rnm.NormalizeReward(env, axis_name="envs").reset(keys[0])
-    _, state = jax.vmap(rnm.NormalizeReward(env, components=1, per_env=True).reset)(keys)
+    _, state = jax.vmap(
+        rnm.NormalizeReward(env, per_env=True, statistics=rn.Statistics(components=1)).reset
+    )(keys)
     assert state.transform_state.stats.mean.shape == (4, 3)  # one set per environment and agent
 
 
 def test_rewards_of_other_dtypes_stack_to_the_statistics_dtype():
     env = jaxmarl.make("MPE_simple_tag_v3")  # integer rewards for adversaries, float for prey
-    wrapped = rnm.NormalizeReward(env, components=1, per_env=True)
+    wrapped = rnm.NormalizeReward(env, per_env=True, statistics=rn.Statistics(components=1))
     _, state = wrapped.reset(jax.random.PRNGKey(0))
     actions = dict.fromkeys(env.agents, 0)
     _, state, rewards, _, infos = wrapped.step(jax.random.PRNGKey(1), state, actions)
@@ -191,10 +195,10 @@ class Batched(JaxMARLWrapper):
 
 def test_around_a_batched_environment_one_set_equals_the_named_vmap():
     env = jaxmarl.make("MPE_simple_spread_v3")
-    around = rnm.NormalizeReward(Batched(env), components=1)
+    around = rnm.NormalizeReward(Batched(env), statistics=rn.Statistics(components=1))
     state, (reward, _, infos) = jax.tree.map(np.asarray, vmapped(around, steps=30, axis_name=None))
     assert rnm.get_transform_state(state).stats.mean.shape == (3,)  # one set, not one per env
-    named = rnm.NormalizeReward(env, components=1, axis_name="envs")
+    named = rnm.NormalizeReward(env, axis_name="envs", statistics=rn.Statistics(components=1))
     _, (expected, _, named_infos) = jax.tree.map(np.asarray, vmapped(named, steps=30))
     np.testing.assert_array_equal(infos["raw_reward"], named_infos["raw_reward"])
     np.testing.assert_allclose(reward, expected, rtol=1e-6)
@@ -205,14 +209,18 @@ def test_team_statistics_per_task_take_one_id_per_environment():
     # wrapper gives one id per environment, which every agent of it shares.
     env = jaxmarl.make("MPE_simple_spread_v3")
     parity = lambda state: jnp.asarray(state.step % 2, jnp.int32)  # noqa: E731
-    wrapped = rnm.NormalizeReward(env, GAMMA, num_tasks=2, task_of=parity, axis_name="envs")
+    wrapped = rnm.NormalizeReward(
+        env, GAMMA, task_of=parity, axis_name="envs", statistics=rn.Statistics(num_tasks=2)
+    )
     state, _ = vmapped(wrapped, steps=3)
     agents = len(env.agents)
     counts = rn.count_as_int(rnm.get_transform_state(state).stats)[0]  # copy of environment 0
     assert counts.tolist() == [2 * NUM_ENVS * agents, NUM_ENVS * agents]  # steps 0, 2 and 1
     # A keyed member of a chain, with statistics per task and agent, gets the same ids.
     transform = rn.chain(
-        rn.normalize_reward(GAMMA, num_tasks=2, components=1, axis_name="envs"),
+        rn.normalize_reward(
+            GAMMA, axis_name="envs", statistics=rn.Statistics(components=1, num_tasks=2)
+        ),
         rn.clip_reward(-5.0, 5.0),
     )
     chained = rnm.RewardTransformWrapper(env, transform, axis_name="envs", task_of=parity)
@@ -220,7 +228,10 @@ def test_team_statistics_per_task_take_one_id_per_environment():
     counts = rn.count_as_int(rnm.get_transform_state(state)[0].stats)[0]
     assert counts.tolist() == [[2 * NUM_ENVS] * agents, [NUM_ENVS] * agents]
     wrong = rnm.NormalizeReward(
-        env, num_tasks=2, task_of=lambda s: jnp.zeros(agents, jnp.int32), axis_name="envs"
+        env,
+        task_of=lambda s: jnp.zeros(agents, jnp.int32),
+        axis_name="envs",
+        statistics=rn.Statistics(num_tasks=2),
     )
     with pytest.raises(ValueError, match=r"task_of returned ids of shape \(3,\); expected \(\)"):
         vmapped(wrong, steps=1)

@@ -101,7 +101,7 @@ def test_evaluation_from_learned_and_checkpointed_statistics():
         np.testing.assert_array_equal, rnj.get_transform_state(evaluation).stats, learned.stats
     )  # frozen: nothing learned
     np.testing.assert_array_equal(
-        timestep.reward, wrapped.transform.normalize(learned, timestep.extras["raw_reward"])
+        timestep.reward, wrapped.transform.apply(learned, timestep.extras["raw_reward"])
     )
 
 
@@ -215,20 +215,25 @@ def test_task_of_gives_one_id_per_environment_for_all_its_agents():
     base = jumanji.make("Minesweeper-v0")
     tasks = jnp.arange(4) % 2  # environments 0 and 2 run task 0, 1 and 3 task 1
     wrapped = rnj.NormalizeReward(
-        VmapAutoResetWrapper(PerAgentRewards(base)), GAMMA, num_tasks=2, task_of=lambda s: tasks
+        VmapAutoResetWrapper(PerAgentRewards(base)),
+        GAMMA,
+        task_of=lambda s: tasks,
+        statistics=rn.Statistics(num_tasks=2),
     )
     (state, _), (reward, raw, step_type, discount) = scan_from_reset(wrapped, base, 4, steps=10)
     counts = rn.count_as_int(rnj.get_transform_state(state).stats)
     assert counts.tolist() == [10 * 2 * 4, 10 * 2 * 4]  # steps x environments x agents
     last = (step_type == jumanji.types.StepType.LAST) & (discount == 0)
-    core = rn.normalize_reward(GAMMA, num_tasks=2)
+    core = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     core_state, expected = core.init((4, 4)), []
     for t in range(10):  # the core fed the raw rewards, the ends and the same ids
         out, core_state = core.step(core_state, raw[t], last[t], False, task=tasks)
         expected.append(out)
     np.testing.assert_allclose(reward, np.stack(expected), rtol=4 * float(np.finfo(np.float32).eps))
     one_for_all = rnj.NormalizeReward(
-        VmapAutoResetWrapper(base), num_tasks=2, task_of=lambda s: jnp.int32(1)
+        VmapAutoResetWrapper(base),
+        task_of=lambda s: jnp.int32(1),
+        statistics=rn.Statistics(num_tasks=2),
     )
     with pytest.raises(ValueError, match=r"task_of returned ids of shape \(\); expected the"):
         scan_from_reset(one_for_all, base, 4, steps=1)

@@ -202,4 +202,4 @@ def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi)
     assert total // 2**32 == start_hi + 1  # the low word carried once
     assert rn.count_as_int(stats) == total
     assert (int(stats.count_hi), int(stats.count_lo)) == divmod(total, 2**32)
-    np.testing.assert_allclose(float(stats.count), total, rtol=2**-23)  # float32 rounding
+    np.testing.assert_allclose(float(stats.total_weight), total, rtol=2**-23)  # float32 rounding

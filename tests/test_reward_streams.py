@@ -17,8 +17,8 @@ from flax import struct
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import running_stats as rs
-from rewardnorm_jax._src import summation
+from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats import summation
 from tests import reference
 from tests.reference import RunningMeanStd
 
@@ -58,7 +58,12 @@ def test_each_objective_matches_a_scalar_normalizer_of_its_own(dtype, num_envs, 
     rewards, terminated = stream(num_envs=num_envs)
     sums = contextlib.nullcontext() if form is None else summation.everywhere(form)
     with jax.enable_x64(dtype == "float64"), sums:
-        outputs, state = run(rn.normalize_reward(GAMMA, components=1), rewards, terminated, dtype)
+        outputs, state = run(
+            rn.normalize_reward(GAMMA, statistics=rn.Statistics(components=1)),
+            rewards,
+            terminated,
+            dtype,
+        )
         for k in range(rewards.shape[2]):
             expected, _, rms = reference.normalize_stream(
                 rewards[:, :, k], terminated, np.zeros_like(terminated), gamma=GAMMA
@@ -126,7 +131,7 @@ def test_per_task_statistics_follow_ids_drawn_again_at_episode_ends(dtype):
     rewards = rng.normal(1.0, 1.0, tasks.shape) * scale
     expected, stats = keyed_reference(rewards, terminated, tasks, num_tasks)
     with jax.enable_x64(dtype == "float64"):
-        transform = rn.normalize_reward(GAMMA, num_tasks=num_tasks)
+        transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=num_tasks))
         outputs, state = run(transform, rewards, terminated, dtype, tasks)
         var = np.asarray(state.stats.var, np.float64)
         counts = rn.count_as_int(state.stats)
@@ -136,7 +141,7 @@ def test_per_task_statistics_follow_ids_drawn_again_at_episode_ends(dtype):
 
 
 def test_a_task_absent_from_a_step_is_unchanged_bit_for_bit():
-    transform = rn.normalize_reward(GAMMA, num_tasks=3)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=3))
     state = transform.init((4,))
     _, state = transform.step(state, jnp.array([1.0, 2.0, 3.0, 4.0]), task=jnp.array([0, 1, 2, 2]))
     before = state.stats
@@ -146,7 +151,7 @@ def test_a_task_absent_from_a_step_is_unchanged_bit_for_bit():
 
 
 def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
-    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     state = transform.init((3,))
     rewards = jnp.array([1.0, 2.0, 3.0])
     with pytest.raises(ValueError, match=r"task ids should be in \[0, 2\)"):
@@ -154,7 +159,7 @@ def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
     with pytest.raises(TypeError, match=r"task should be integer ids in \[0, 2\)"):
         transform.step(state, rewards, task=np.array([0.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match=r"task has shape \(2,\); expected \(3,\)"):
-        transform.normalize(state, rewards, task=np.array([0, 1]))
+        transform.apply(state, rewards, task=np.array([0, 1]))
 
     @jax.jit
     def step_with(state, task):  # inside jit (without checkify) the ids are not checked
@@ -173,7 +178,7 @@ def test_an_id_outside_the_tasks_changes_no_statistics_and_normalizes_to_nan():
     ("dtype", "num_tasks"), [("uint8", 256), ("int8", 128), ("uint16", 65536), ("uint8", 300)]
 )
 def test_ids_of_a_dtype_that_cannot_hold_the_number_of_tasks(dtype, num_tasks):
-    transform = rn.normalize_reward(GAMMA, num_tasks=num_tasks)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=num_tasks))
     ids = jnp.array([0, 1, 2, 100], dtype)
     rewards = jnp.array([1.0, 2.0, 3.0, 4.0])
 
@@ -195,7 +200,7 @@ def test_ids_of_a_dtype_that_cannot_hold_the_number_of_tasks(dtype, num_tasks):
 
 
 def test_ids_outside_the_tasks_are_a_checkify_error_inside_jit():
-    transform = rn.normalize_reward(GAMMA, num_tasks=4)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=4))
     state = transform.init((3,))
 
     def run(state, tasks):  # a scan over the ids of T steps, (T, 3)
@@ -228,25 +233,25 @@ def test_ids_outside_the_tasks_are_a_checkify_error_inside_jit():
 
 
 def test_tasks_need_shared_statistics_and_a_whole_number():
-    with pytest.raises(ValueError, match="num_tasks=3 keeps one set of statistics per task"):
-        rn.normalize_reward(num_tasks=3, shared=False)
+    with pytest.raises(ValueError, match="per_env=True keeps one set of statistics per reward"):
+        rn.Statistics(per_env=True, num_tasks=3)
     with pytest.raises(TypeError, match="num_tasks should be an integer"):
-        rn.normalize_reward(num_tasks=2.0)  # type: ignore[arg-type]
+        rn.normalize_reward(statistics=rn.Statistics(num_tasks=2.0))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"num_tasks should be an integer in \[1, 2147483647\]"):
-        rn.normalize_reward(num_tasks=0)
+        rn.normalize_reward(statistics=rn.Statistics(num_tasks=0))
     with pytest.raises(ValueError, match="got num_tasks=2147483648"):  # ids are int32
-        rn.normalize_reward(num_tasks=2**31)
+        rn.normalize_reward(statistics=rn.Statistics(num_tasks=2**31))
     with pytest.raises(ValueError, match="fewer axes than components=2"):
-        rn.normalize_reward(components=2).init((4,))
+        rn.normalize_reward(statistics=rn.Statistics(components=2)).init((4,))
 
 
 def test_a_keyed_transform_needs_ids_and_others_refuse_them():
-    keyed = rn.normalize_reward(GAMMA, num_tasks=3)
+    keyed = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=3))
     state = keyed.init((4,))
     for call in (
         lambda: keyed.step(state, jnp.ones(4)),
         lambda: keyed.update(state, jnp.ones(4)),
-        lambda: keyed.normalize(state, jnp.ones(4)),
+        lambda: keyed.apply(state, jnp.ones(4)),
         lambda: jax.jit(keyed.step)(state, jnp.ones(4)),
     ):
         with pytest.raises(ValueError, match=r"num_tasks=3\) .* needs each environment's task"):
@@ -257,12 +262,15 @@ def test_a_keyed_transform_needs_ids_and_others_refuse_them():
         with pytest.raises(ValueError, match=r"task was given .* keeps no per-task statistics"):
             transform.step(plain, jnp.ones(4), task=ids)
         with pytest.raises(ValueError, match=r"task was given .* keeps no per-task statistics"):
-            transform.normalize(plain, jnp.ones(4), task=ids)
+            transform.apply(plain, jnp.ones(4), task=ids)
     plain_chain = rn.chain(rn.normalize_reward(), rn.clip_reward())
     with pytest.raises(ValueError, match=r"task was given .* chain keeps no per-task"):
         plain_chain.step(plain_chain.init((4,)), jnp.ones(4), task=ids)
     with pytest.raises(ValueError, match=r"different numbers of tasks \(num_tasks=\[2, 3\]\)"):
-        rn.chain(rn.normalize_reward(num_tasks=2), rn.normalize_reward(num_tasks=3))
+        rn.chain(
+            rn.normalize_reward(statistics=rn.Statistics(num_tasks=2)),
+            rn.normalize_reward(statistics=rn.Statistics(num_tasks=3)),
+        )
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -270,7 +278,7 @@ def test_a_chain_passes_the_ids_to_its_keyed_members(jit):
     # Every environment merged into task 0 when only a NormalizeReward wrapper set the ids.
     ids = jnp.array([0, 1, 1, 2, 2])
     rewards = jnp.array([1.0, 2.0, 3.0, 40.0, 50.0])
-    alone = rn.normalize_reward(0.9, num_tasks=3)
+    alone = rn.normalize_reward(0.9, statistics=rn.Statistics(num_tasks=3))
     chained = rn.chain(rn.scale_reward(1.0), alone, rn.clip_reward(-5.0, 5.0))
     assert chained.num_tasks == 3
     step = jax.jit(chained.step) if jit else chained.step
@@ -284,15 +292,15 @@ def test_a_chain_passes_the_ids_to_its_keyed_members(jit):
     assert rn.count_as_int(state[1].stats).tolist() == [3, 6, 6]
     np.testing.assert_array_equal(out, jnp.clip(expected, -5.0, 5.0))
     np.testing.assert_array_equal(
-        chained.normalize(state, rewards, task=ids),
-        jnp.clip(alone.normalize(alone_state, rewards, task=ids), -5.0, 5.0),
+        chained.apply(state, rewards, task=ids),
+        jnp.clip(alone.apply(alone_state, rewards, task=ids), -5.0, 5.0),
     )
 
 
 def test_one_id_per_environment_serves_all_its_components():
     # Agents of one environment (components=0: the agent axis counts as environments)
     # share the environment's id, as an episode end is theirs too.
-    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     state = transform.init((3, 4))  # 3 environments, 4 agents
     rewards = jnp.arange(12.0).reshape(3, 4)
     _, by_env = transform.step(state, rewards, task=jnp.array([0, 1, 1]))
@@ -309,7 +317,7 @@ def test_a_non_episodic_return_never_resets(dtype):
     rewards = rewards[:, :, 0]
     never = np.zeros_like(terminated)
     with jax.enable_x64(dtype == "float64"):
-        transform = rn.normalize_reward(GAMMA, episodic=False)
+        transform = rn.normalize_reward(GAMMA, semantics="non_episodic")
         outputs, state = run(transform, rewards, terminated, dtype)
         var = float(state.stats.var)
     expected, returns, rms = reference.normalize_stream(rewards, never, never, gamma=GAMMA)
@@ -326,7 +334,7 @@ def test_intrinsic_and_extrinsic_streams_in_one_pytree():
     with jax.enable_x64(True):
         transforms = {
             "extrinsic": rn.normalize_reward(GAMMA),
-            "intrinsic": rn.normalize_reward(GAMMA, episodic=False),
+            "intrinsic": rn.normalize_reward(GAMMA, semantics="non_episodic"),
         }
         states = {name: t.init((rewards.shape[1],)) for name, t in transforms.items()}
 
@@ -349,11 +357,11 @@ def test_flags_per_reward_or_per_environment_agree():
     rewards, terminated = stream(steps=10)
     per_reward = np.broadcast_to(terminated[:, :, None], rewards.shape)
     with jax.enable_x64(True):
-        transform = rn.normalize_reward(GAMMA, components=1)
+        transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(components=1))
         by_env, _ = run(transform, rewards, terminated, "float64")
         by_reward, _ = run(transform, rewards, per_reward, "float64")
     np.testing.assert_array_equal(by_env, by_reward)
-    transform = rn.normalize_reward(GAMMA, components=1)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(components=1))
     with pytest.raises(ValueError, match="a leading part of it"):
         transform.step(transform.init((6, 3)), jnp.zeros((6, 3)), jnp.zeros(3, bool), False)
 
@@ -398,7 +406,7 @@ def test_an_inactive_first_return_is_not_the_shift():
 
 def test_task_ids_of_any_width_and_from_lists():
     with jax.enable_x64(True):
-        transform = rn.normalize_reward(GAMMA, num_tasks=2)
+        transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
         _, state = transform.step(transform.init((2,)), jnp.ones(2), task=[1, 1])  # a list
         assert rn.count_as_int(state.stats).tolist() == [0, 2]
         state = transform.init((2,))
@@ -413,7 +421,7 @@ def test_task_ids_of_any_width_and_from_lists():
 
 
 def test_task_ids_that_are_no_integers_are_named():
-    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     state = transform.init((2,))
     for ids in (np.array([1, 0], "timedelta64[s]"), np.array([True, False]), "0"):
         with pytest.raises(TypeError, match=r"task should be integer ids in \[0, 2\)"):
@@ -430,7 +438,7 @@ class EarlierKeyedState(struct.PyTreeNode):
 
 
 def test_a_checkpoint_holding_task_ids_loads_without_them():
-    transform = rn.normalize_reward(GAMMA, num_tasks=2)
+    transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     _, state = transform.step(transform.init((3,)), jnp.array([1.0, 2.0, 5.0]), task=[0, 1, 1])
     earlier = EarlierKeyedState(state.stats, state.ret, task=jnp.array([0, 1, 1], jnp.int32))
     loaded = rn.load_state(transform.init((3,)), rn.save_state(earlier, transform.config))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import summation
+from rewardnorm_jax._src.stats import summation
 from tests import reference
 from tests.streams import scan_steps
 

@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import rewardnorm_jax as rn
+
 pytestmark = pytest.mark.requires("gymnax")
 
 NUM_TASKS = 8
@@ -110,8 +112,8 @@ def test_tasks_read_from_the_env_state_match_a_per_task_reference():
             bare,
             GAMMA,
             dtype=jnp.float64,
-            num_tasks=NUM_TASKS,
             task_of=lambda env_state: env_state.task,
+            statistics=rn.Statistics(num_tasks=NUM_TASKS),
         )
         rewards, _, _ = rollout(wrapped, lambda state: state.env_state.task)
         raw, terminated, tasks = rollout(bare, lambda state: state.task)
@@ -128,11 +130,11 @@ def test_task_of_and_num_tasks_go_together():
 
     env = rgx.VecEnv(make_env())
     with pytest.raises(ValueError, match="num_tasks and task_of go together"):
-        rgx.NormalizeReward(env, num_tasks=4)
+        rgx.NormalizeReward(env, statistics=rn.Statistics(num_tasks=4))
     with pytest.raises(ValueError, match="num_tasks and task_of go together"):
         rgx.NormalizeReward(env, task_of=lambda s: s.task)
     with pytest.raises(TypeError, match="task_of should be a function"):
-        rgx.NormalizeReward(env, num_tasks=4, task_of=3)  # type: ignore[arg-type]
+        rgx.NormalizeReward(env, task_of=3, statistics=rn.Statistics(num_tasks=4))  # type: ignore[arg-type]
 
 
 def test_a_keyed_member_of_a_chain_gets_the_ids_read_from_the_env_state():
@@ -143,7 +145,9 @@ def test_a_keyed_member_of_a_chain_gets_the_ids_read_from_the_env_state():
     with jax.enable_x64(True):
         bare = rgx.VecEnv(make_env())
         transform = rn.chain(
-            rn.normalize_reward(GAMMA, dtype=jnp.float64, num_tasks=NUM_TASKS),
+            rn.normalize_reward(
+                GAMMA, dtype=jnp.float64, statistics=rn.Statistics(num_tasks=NUM_TASKS)
+            ),
             rn.clip_reward(-5.0, 5.0),
         )
         wrapped = rgx.RewardTransformWrapper(bare, transform, task_of=lambda s: s.task)
@@ -160,7 +164,10 @@ def test_stats_from_with_another_batch_size_keeps_per_task_statistics():
     from rewardnorm_jax import gymnax as rgx
 
     wrapped = rgx.NormalizeReward(
-        rgx.VecEnv(make_env()), GAMMA, num_tasks=NUM_TASKS, task_of=lambda s: s.task
+        rgx.VecEnv(make_env()),
+        GAMMA,
+        task_of=lambda s: s.task,
+        statistics=rn.Statistics(num_tasks=NUM_TASKS),
     )
     _, state = wrapped.reset(jax.random.split(jax.random.key(1), NUM_ENVS), None)
     for step_key in jax.random.split(jax.random.key(2), 5):
@@ -192,7 +199,9 @@ def test_task_of_must_give_one_id_per_environment():
     from rewardnorm_jax import gymnax as rgx
 
     wrapped = rgx.NormalizeReward(
-        rgx.VecEnv(make_env()), num_tasks=NUM_TASKS, task_of=lambda s: s.task[:2]
+        rgx.VecEnv(make_env()),
+        task_of=lambda s: s.task[:2],
+        statistics=rn.Statistics(num_tasks=NUM_TASKS),
     )
     _, state = wrapped.reset(jax.random.split(jax.random.key(0), 4), None)
     with pytest.raises(ValueError, match=r"task_of returned ids of shape \(2,\); expected \(4,\)"):
@@ -207,8 +216,10 @@ def test_components_on_scalar_rewards_of_a_batch_is_refused():
     env = rgx.VecEnv(make_env())
     keys = jax.random.split(jax.random.key(0), 4)
     for wrapped in (
-        rgx.NormalizeReward(env, components=1),
-        rgx.RewardTransformWrapper(env, rn.chain(rn.normalize_reward(components=1))),
+        rgx.NormalizeReward(env, statistics=rn.Statistics(components=1)),
+        rgx.RewardTransformWrapper(
+            env, rn.chain(rn.normalize_reward(statistics=rn.Statistics(components=1)))
+        ),
     ):
         with pytest.raises(ValueError, match=r"has components=1: .* one number per environment"):
             wrapped.reset(keys, None)

@@ -20,7 +20,7 @@ from tests.streams import jit_scan_steps
 NORMALIZERS = {
     f"normalize_reward(decay={decay}, shared={shared}, g_max={g_max})": (
         lambda decay=decay, shared=shared, g_max=g_max: rn.normalize_reward(
-            decay=decay, shared=shared, g_max=g_max
+            g_max=g_max, statistics=rn.Statistics(per_env=not shared, decay=decay)
         )
     )
     for decay, shared, g_max in itertools.product([None, 0.9, 0.5], [True, False], [None, 10.0])
@@ -35,7 +35,9 @@ TRANSFORMS = {
     "symlog_reward": rn.symlog_reward,
     "signed_hyperbolic_reward": rn.signed_hyperbolic_reward,
     "chain": lambda: rn.chain(
-        rn.check_finite_reward(), rn.normalize_reward(decay=0.9), rn.clip_reward(-2.0, 2.0)
+        rn.check_finite_reward(),
+        rn.normalize_reward(statistics=rn.Statistics(decay=0.9)),
+        rn.clip_reward(-2.0, 2.0),
     ),
 }
 # Transforms whose state has the batch shape, so rewards must have it too.
@@ -80,7 +82,7 @@ class EveryTransform(chex.TestCase):
             out, new_state = self.call(transform.step, state, reward, True, False)
             assert out.shape == batch_shape
             assert layout(new_state) == layout(state)
-            assert self.call(transform.normalize, state, reward).shape == batch_shape
+            assert self.call(transform.apply, state, reward).shape == batch_shape
             assert layout(self.call(transform.update, state, reward)) == layout(state)
             # An empty batch leaves the statistics as they are (the step counter
             # of check_finite_reward still counts the step).
@@ -106,19 +108,19 @@ class EveryTransform(chex.TestCase):
         transform = TRANSFORMS[name]()
         state = transform.init((4,))
         for reward in [jnp.ones((4, 1)), jnp.ones(3), jnp.ones(())]:
-            for fn in (transform.normalize, transform.step, transform.update):
+            for fn in (transform.apply, transform.step, transform.update):
                 with pytest.raises(ValueError, match=r"reward has shape"):
                     self.call(fn, state, reward)
 
 
 def test_normalize_with_a_per_environment_state_refuses_a_column_of_rewards():
-    norm = rn.normalize_reward(shared=False)
+    norm = rn.normalize_reward(statistics=rn.Statistics(per_env=True))
     state = norm.update(norm.init((4,)), jnp.arange(4.0))
     with pytest.raises(ValueError, match=r"reward has shape \(4, 1\) but the state was initial"):
-        norm.normalize(state, jnp.arange(4.0)[:, None])
+        norm.apply(state, jnp.arange(4.0)[:, None])
     # The right shape gives one reward per environment, each scaled by its own statistics.
     expected = np.arange(4.0) / np.sqrt(np.asarray(state.stats.var) + 1e-8)
-    np.testing.assert_allclose(norm.normalize(state, jnp.arange(4.0)), expected, rtol=1e-6)
+    np.testing.assert_allclose(norm.apply(state, jnp.arange(4.0)), expected, rtol=1e-6)
 
 
 def run(transform, state, batch_shape, steps=3):
@@ -139,36 +141,42 @@ def test_a_state_of_another_configuration_is_refused_by_name(built_by, used_by):
         reference = run(transform, transform.init((4,)), (4,))
         chex.assert_trees_all_equal(run(transform, state, (4,)), reference)
         return
-    for fn in (transform.normalize, transform.step, transform.update):
-        with pytest.raises(ValueError, match=r"does not match this|chain of 3 transforms"):
+    for fn in (transform.apply, transform.step, transform.update):
+        with pytest.raises(ValueError, match=r"does not match this"):
             checked(fn)(state, jnp.ones(4))
 
 
 def test_mismatch_messages_name_the_hyperparameter():
     with pytest.raises(
         ValueError,
-        match=r"stats/decay: the state has 0.9, this transform expects None "
-        r"\(this transform has decay=None\)",
+        match=r"statistics=Statistics\(per_env=False, components=0, num_tasks=None, "
+        r"decay=None\)(.|\n)*stats/decay: the state has 0.9, this transform expects None",
     ):
-        rn.normalize_reward().step(rn.normalize_reward(decay=0.9).init(), 1.0)
+        rn.normalize_reward().step(
+            rn.normalize_reward(statistics=rn.Statistics(decay=0.9)).init(), 1.0
+        )
     with pytest.raises(
         ValueError,
-        match=r"ret_abs_max: the state has None, this transform expects float32\[\] "
-        r"\(this transform has g_max=10.0",
+        match=r"g_max=10.0(.|\n)*ret_abs_max: the state has None, this transform expects "
+        r"float32\[\]",
     ):
         rn.normalize_reward(g_max=10).step(rn.normalize_reward().init(), 1.0)
     with pytest.raises(
         ValueError,
         match=r"stats/moments: the state has float32\[4, 4\], this transform expects float32\[4\]",
     ):
-        rn.normalize_reward().step(rn.normalize_reward(shared=False).init(4), jnp.ones(4))
+        rn.normalize_reward().step(
+            rn.normalize_reward(statistics=rn.Statistics(per_env=True)).init(4), jnp.ones(4)
+        )
     with pytest.raises(
         ValueError, match=r"state: the state has NormalizeRewardState, this transform expects"
     ):
-        rn.percentile_scale_reward().normalize(rn.normalize_reward().init(), 1.0)
+        rn.percentile_scale_reward().apply(rn.normalize_reward().init(), 1.0)
     chained = rn.chain(rn.clip_reward(), rn.normalize_reward())
-    with pytest.raises(ValueError, match=r"chain member 1: the state does not match"):
-        chained.step((rn.EmptyState(), rn.normalize_reward(decay=0.5).init()), 1.0)
+    with pytest.raises(ValueError, match=r"1/stats/decay: the state has 0.5, this transform"):
+        chained.step(
+            (rn.EmptyState(), rn.normalize_reward(statistics=rn.Statistics(decay=0.5)).init()), 1.0
+        )
     with jax.enable_x64(True):
         wide = rn.normalize_reward(dtype=jnp.float64).init()
     with pytest.raises(ValueError, match=r"stats/moments: the state has float64\[4\], this"):
@@ -186,13 +194,21 @@ def test_init_stats_takes_the_same_shapes():
 @pytest.mark.parametrize(
     ("factory", "kwargs", "name"),
     [
-        (rn.normalize_reward, {"epsilon": 1e-50, "decay": 0.0}, "epsilon"),
-        (rn.normalize_reward, {"epsilon": 1e-40, "decay": 0.5}, "epsilon"),
+        (
+            rn.normalize_reward,
+            {"epsilon": 1e-50, "statistics": rn.Statistics(decay=0.0)},
+            "epsilon",
+        ),
+        (
+            rn.normalize_reward,
+            {"epsilon": 1e-40, "statistics": rn.Statistics(decay=0.5)},
+            "epsilon",
+        ),
         (rn.normalize_reward, {"epsilon": 1e39}, "epsilon"),
         (rn.normalize_reward, {"g_max": 1e-45}, "g_max"),
         (rn.normalize_reward, {"g_max": 1e39}, "g_max"),
-        (rn.normalize_reward, {"clip": 1e-50}, "clip"),
-        (rn.normalize_reward, {"decay": 1.0 - 1e-9}, "decay"),
+        (rn.normalize_reward, {"semantics": rn.Semantics("s", "never", "never", 1e-50)}, "clip"),
+        (rn.normalize_reward, {"statistics": rn.Statistics(decay=1.0 - 1e-9)}, "decay"),
         (rn.percentile_scale_reward, {"rate": 1e-40}, "rate"),
         (rn.percentile_scale_reward, {"limit": 1e-46}, "limit"),
         (rn.percentile_scale_reward, {"limit": 1e39}, "limit"),
@@ -211,7 +227,7 @@ def variance(state):
 def test_the_epsilon_bound_holds_at_the_smallest_accepted_epsilon():
     """|r~| <= |r| / sqrt(eps) for a constant stream whose variance decays to 0."""
     tiny = float(jnp.finfo(jnp.float32).tiny)
-    norm = rn.normalize_reward(gamma=0.0, epsilon=tiny, decay=0.5)
+    norm = rn.normalize_reward(gamma=0.0, epsilon=tiny, statistics=rn.Statistics(decay=0.5))
     _, (out, var) = jit_scan_steps(norm, jnp.ones(1000), record=variance)
     assert float(var[-1]) == 0.0  # the variance really reached 0: only epsilon is left
     bound = np.float32(1.0) / np.sqrt(np.float32(tiny))
@@ -222,7 +238,9 @@ def test_the_epsilon_bound_holds_at_the_smallest_accepted_epsilon():
 
 def test_float64_statistics_accept_what_float32_cannot_hold():
     with jax.enable_x64(True):
-        norm = rn.normalize_reward(epsilon=1e-50, decay=0.0, dtype=jnp.float64)
+        norm = rn.normalize_reward(
+            epsilon=1e-50, dtype=jnp.float64, statistics=rn.Statistics(decay=0.0)
+        )
         out, state = norm.step(norm.init(), 1.0)
     # decay 0 forgets the prior: one sample, variance 0, so the divisor is sqrt(1e-50).
     assert float(state.stats.var) == 0.0
@@ -234,11 +252,11 @@ def test_factors_that_do_not_fit_the_reward_dtype_are_refused_when_traced():
     with pytest.raises(ValueError, match=r"scale=1e\+300 rounds to inf in float32"):
         jax.jit(big.step)(big.init(), jnp.ones(2))
     with pytest.raises(ValueError, match=r"scale=1e-300 rounds to 0.0 in float32"):
-        rn.scale_reward(1e-300).normalize(rn.EmptyState(), jnp.ones(2))
+        rn.scale_reward(1e-300).apply(rn.EmptyState(), jnp.ones(2))
     with jax.enable_x64(True):
-        np.testing.assert_array_equal(big.normalize(big.init(), jnp.ones(2, jnp.float64)), 1e300)
+        np.testing.assert_array_equal(big.apply(big.init(), jnp.ones(2, jnp.float64)), 1e300)
     zero = rn.scale_reward(0.0)
-    np.testing.assert_array_equal(zero.normalize(zero.init(), jnp.ones(2)), 0.0)
+    np.testing.assert_array_equal(zero.apply(zero.init(), jnp.ones(2)), 0.0)
     with pytest.raises(ValueError, match=r"eps=100000.0 rounds to inf in float16"):
         rn.signed_hyperbolic(jnp.ones(2, jnp.float16), 1e5)
     with pytest.raises(ValueError, match=r"eps=100000.0 rounds to inf in float16"):
@@ -251,7 +269,7 @@ def test_functions_that_are_not_elementwise_are_refused():
         total.step(total.init(3), jnp.ones(3))
     outer = rn.transform_reward(lambda r: r[:, None] * r)
     with pytest.raises(ValueError, match=r"turns shape \(3,\) into \(3, 3\)"):
-        jax.jit(outer.normalize)(outer.init(3), jnp.ones(3))
+        jax.jit(outer.apply)(outer.init(3), jnp.ones(3))
 
 
 def test_statistics_functions_name_a_wrong_state():
@@ -266,9 +284,9 @@ def test_statistics_functions_name_a_wrong_state():
 
 
 def test_flags_and_semantics_are_type_checked():
-    with pytest.raises(TypeError, match="shared should be a bool, got shared='no'"):
-        rn.normalize_reward(shared="no")  # type: ignore[arg-type]  # deliberately not a bool
-    assert rn.normalize_reward(shared=np.bool_(False)).config["shared"] is False
+    with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
+        rn.Statistics(per_env="no")  # type: ignore[arg-type]  # deliberately not a bool
+    assert rn.Statistics(per_env=np.bool_(True)).per_env is True
     with pytest.raises(ValueError, match="clip should be a positive number or None, got clip=-1"):
         rn.Semantics("mine", "never", "never", clip=-1.0)
     with pytest.raises(TypeError, match="freeze_stops_return should be a bool"):

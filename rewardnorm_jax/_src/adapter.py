@@ -16,6 +16,7 @@ find either, inside any stack of wrappers that nest their inner state in
 ``env_state``.
 """
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,17 +24,16 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rewardnorm_jax._src import base
-from rewardnorm_jax._src.base import RewardTransform, check_bool
-from rewardnorm_jax._src.checkpoint import check_values
-from rewardnorm_jax._src.normalize import SEMANTICS_CLIP, normalize_reward
-from rewardnorm_jax._src.running_stats import check_axis_name, participants
+from rewardnorm_jax._src import checks, state_fields
+from rewardnorm_jax._src.base import RewardTransform
+from rewardnorm_jax._src.checks import check_bool
+from rewardnorm_jax._src.stats.running import check_axis_name, participants
+from rewardnorm_jax._src.transforms import task_keyword
 
 PyTree = Any
 RAW_REWARD = "raw_reward"  # the key under which an adapter keeps the reward before the transform
 TRANSFORM_STATE = "reward_transform_state"  # state.info key (Brax): the transform's state
 UPDATE_STATS = "reward_update_stats"  # state.info key (Brax): bool (), False freezes statistics
-RETURN_FIELD = "ret"  # the tracked discounted return in every core transform state
 
 
 class RewardWrapperState(struct.PyTreeNode):
@@ -157,7 +157,7 @@ class TransformWrapper:
         carry after the first step.
         """
         ids = any_task(self._transform)  # the dtype does not depend on the ids
-        out = jax.eval_shape(lambda: self._transform.normalize(transform_state, reward, **ids))
+        out = jax.eval_shape(lambda: self._transform.apply(transform_state, reward, **ids))
         return jnp.asarray(reward, out.dtype)
 
     def step_reward(
@@ -189,70 +189,26 @@ class TransformWrapper:
             align_flag("terminated", terminated, reward),
             align_flag("truncated", truncated, reward),
             update_stats,
-            **base.task_keyword(self._transform, task),
+            **task_keyword(self._transform, task),
         )
 
 
-class NormalizeRewardWrapper(TransformWrapper):
-    """Every adapter's ``NormalizeReward``: :func:`~rewardnorm_jax.normalize_reward`, wrapped."""
+def config_values(config: Any) -> list[Any]:
+    """Every option value of a configuration, those of nested ones included.
 
-    def __init__(
-        self,
-        env: Any,
-        gamma: float = 0.99,
-        epsilon: float = 1e-8,
-        *,
-        semantics: Any = "gymnasium",
-        clip: Any = SEMANTICS_CLIP,
-        dtype: Any = None,
-        axis_name: Any = None,
-        per_env: bool = False,
-        task_of: Callable[[Any], jax.Array] | None = None,
-        **options: Any,
-    ):
-        """Wraps ``env``; the arguments are :func:`~rewardnorm_jax.normalize_reward`'s.
-
-        Args:
-          env: the wrapped environment (single or batched).
-          gamma: discount factor in [0, 1].
-          epsilon: added to the variance, > 0.
-          semantics: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"``,
-            ``"gymnasium_same_step"`` or a :class:`~rewardnorm_jax.Semantics`.
-          clip: symmetric bound of the normalized reward; defaults to the
-            semantics' own (10 for ``"sb3"``, none otherwise); ``None`` disables it.
-          dtype: float32 or float64 statistics; default float64 under x64.
-          axis_name: name of a mapped axis (``jax.vmap``/``pmap``/``shard_map``)
-            to share the statistics across, for a per-environment wrapper.
-          per_env: for a wrapper serving one environment without ``axis_name``:
-            keep statistics of that environment alone (one set per environment
-            under an unnamed ``jax.vmap``); ``shared=False`` says the same.
-          task_of: with ``num_tasks=K``, a function of the wrapped
-            environment's state returning each environment's task id
-            (integers in ``[0, K)``, one per environment): every step merges
-            each return into its task's statistics (see
-            :class:`TransformWrapper`).
-          **options: further options of :func:`~rewardnorm_jax.normalize_reward`
-            (``decay``, ``shared``, ``g_max``, ``finite_rewards``, ``components``,
-            ``num_tasks``, ``episodic``), passed through.
-
-        Raises:
-          ValueError: for an invalid hyperparameter (see
-            :func:`~rewardnorm_jax.normalize_reward`), or ``task_of`` without
-            ``num_tasks`` (or ``num_tasks`` without ``task_of``).
-          TypeError: if ``task_of`` is not callable.
-        """
-        transform = normalize_reward(
-            gamma,
-            epsilon,
-            semantics=semantics,
-            clip=clip,
-            dtype=dtype,
-            axis_name=axis_name,
-            **options,
-        )
-        super().__init__(env, transform, axis_name=axis_name, per_env=per_env, task_of=task_of)
-        self.gamma = float(gamma)
-        self.epsilon = float(epsilon)
+    A :class:`~rewardnorm_jax.chain`'s members are transforms whose
+    configurations are walked in turn, so a wrapper reads what any transform
+    holds (a :class:`~rewardnorm_jax.Semantics`) by its type, never by a key.
+    """
+    found = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        found.append(value)
+        values = value if isinstance(value, tuple) else (value,)
+        for member in values:
+            if isinstance(member, RewardTransform):
+                found.extend(config_values(member.config))
+    return found
 
 
 def check_task_of(task_of: Any, transform: RewardTransform) -> Callable[[Any], jax.Array] | None:
@@ -283,7 +239,7 @@ def any_task(transform: RewardTransform) -> dict[str, jax.Array]:
     A keyed transform gets task 0 for every environment (one id, spread over
     the environments), which no statistics ever see; any other gets none.
     """
-    return base.task_keyword(transform, jnp.zeros((), jnp.int32))
+    return task_keyword(transform, jnp.zeros((), jnp.int32))
 
 
 def check_task_shape(
@@ -411,7 +367,7 @@ def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.
             f"{reward_shape}: an episode end must be one per environment (the reward's "
             "leading axes) or one per reward."
         )
-    return base.spread(flag, reward_shape)
+    return checks.spread(flag, reward_shape)
 
 
 def check_placement(
@@ -462,11 +418,11 @@ def check_placement(
             "is for a wrapper serving one environment. For one set of statistics per "
             "environment of a batch, build the transform with shared=False."
         )
-    if batch_shape != () or not has_statistics(transform_state):
+    if batch_shape != () or not state_fields.has_statistics(transform_state):
         return
     if axis_name is not None:
         _check_shared(wrapper, transform, transform_state, axis_name, component_shape)
-    elif not (per_env or transform.config.get("shared") is False):
+    elif not (per_env or transform.per_env):
         raise ValueError(
             f"{wrapper} was reset with the key of one environment (batch_shape=()) and no "
             "axis_name, so it would keep statistics of that environment alone; under a "
@@ -515,17 +471,6 @@ def _collective_axes(jaxpr) -> set:
                 if hasattr(inner, "eqns"):
                     found |= _collective_axes(inner)
     return found
-
-
-def _is_return(path) -> bool:
-    last = path[-1] if path else None
-    return isinstance(last, jax.tree_util.GetAttrKey) and last.name == RETURN_FIELD
-
-
-def has_statistics(transform_state: PyTree) -> bool:
-    """Whether a transform state learns statistics: any leaf outside its tracked returns."""
-    leaves = jax.tree_util.tree_leaves_with_path(transform_state)
-    return any(not _is_return(path) for path, _ in leaves)
 
 
 def _read(state: PyTree) -> tuple[PyTree, jax.Array]:
@@ -625,26 +570,8 @@ def set_update_stats(state: PyTree, update_stats: jax.typing.ArrayLike) -> PyTre
     """
     transform_state, current = _read(state)
     shape = jnp.shape(current)
-    flag = check_update_stats(update_stats, shapes=((), shape))
+    flag = jnp.asarray(checks.check_update_stats(update_stats, shapes=((), shape)), bool)
     return _write(state, transform_state, jnp.broadcast_to(flag, shape))
-
-
-def check_update_stats(
-    update_stats: jax.typing.ArrayLike, shapes: tuple[tuple[int, ...], ...] = ((),)
-) -> jax.Array:
-    """The freeze flag as bools, after checking it is a flag of one of ``shapes``.
-
-    Raises:
-      TypeError: for a value that is no flag (a string, a complex number).
-      ValueError: naming ``update_stats``, its shape and the valid shapes.
-    """
-    base.check_flag("update_stats", update_stats)
-    if jnp.shape(update_stats) not in shapes:
-        valid = " or ".join(str(shape) for shape in dict.fromkeys(shapes))
-        raise ValueError(
-            f"update_stats should have shape {valid}, got shape {jnp.shape(update_stats)}."
-        )
-    return jnp.asarray(update_stats, bool)
 
 
 def check_concrete_values(transform_state: PyTree, name: str) -> None:
@@ -665,7 +592,7 @@ def check_concrete_values(transform_state: PyTree, name: str) -> None:
         )
     if not any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
         try:
-            check_values(transform_state)
+            state_fields.check_values(transform_state)
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
 
@@ -710,13 +637,12 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
             "transform state of this wrapper, e.g. get_transform_state(state))."
         )
 
-    returns = [
-        leaf for path, leaf in jax.tree_util.tree_leaves_with_path(fresh) if _is_return(path)
-    ]
+    per_env = state_fields.per_env_mask(fresh)
+    returns = state_fields.per_env_leaves(fresh)
     copies = jnp.shape(returns[0])[:1] if returns else ()  # the vmapped copies, if any
 
-    def pick(path, fresh_leaf, given_leaf):
-        if _is_return(path):
+    def pick(path, fresh_leaf, given_leaf, is_per_env):
+        if is_per_env:
             return fresh_leaf
         if jnp.shape(fresh_leaf) != jnp.shape(given_leaf) or (
             jnp.result_type(fresh_leaf) != jnp.result_type(given_leaf)
@@ -730,7 +656,7 @@ def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
             )
         return given_leaf
 
-    return jax.tree_util.tree_map_with_path(pick, fresh, stats_from)
+    return jax.tree_util.tree_map_with_path(pick, fresh, stats_from, per_env)
 
 
 def _vmapped_hint(

@@ -3,13 +3,20 @@
 A checkpoint is a msgpack map ``{"format": "rewardnorm_jax.state", "crc32":
 ..., "body": ...}`` whose ``body`` (checked by the CRC-32) is the msgpack map:
 
-* ``version`` (2; version 1 is read too, see :func:`load_state`);
+* ``version`` (3; versions 1 and 2 are read too, through
+  :mod:`~rewardnorm_jax._src.checkpoint_migration`);
+* ``layout``: what the file holds, by path: each container's type
+  (``NormalizeRewardState``, ``RunningStats``) and each array's
+  ``dtype[shape]``, so a file describes itself to a reader without a template;
 * ``static``: the static (non-array) fields of the state's dataclasses, such
   as the ``decay`` of exponential moving statistics, by path;
-* ``metadata``: what the caller passed to :func:`save_state` (for example the
-  semantics and hyperparameters of the transform, which the state itself
-  does not record);
+* ``metadata``: what the caller passed to :func:`save_state`, usually the
+  transform's configuration, flattened (``Config.metadata()``: the options
+  the state itself does not record);
 * ``state``: ``flax.serialization.to_state_dict(state)``.
+
+Nothing here names a transform: the values a state may hold are checked by
+the state's own ``check_values`` (:mod:`~rewardnorm_jax._src.state_fields`).
 
 Loading parses data only (msgpack and raw array buffers, never pickle), so a
 checkpoint cannot run code, and it checks everything against a template
@@ -19,7 +26,7 @@ state before restoring: nothing is broadcast or cast silently.
 import dataclasses
 import math
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -27,15 +34,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from rewardnorm_jax._src import running_stats as rs
-from rewardnorm_jax._src.normalize import NormalizeRewardState
-from rewardnorm_jax._src.percentile import PercentileScaleRewardState, PercentileState
+from rewardnorm_jax._src import checkpoint_migration, checks, state_fields
+from rewardnorm_jax._src.base import Config
 
 FORMAT = "rewardnorm_jax.state"
-VERSION = 2
-# Version 1 stored RunningStats as one leaf per quantity; version 2 packs them.
-_V1_FLOATS = ("mean", "mean_low", "m2", "m2_low")
-_V1_WORDS = ("count_hi", "count_lo")
+VERSION = 3
 _SCALARS = (bool, int, float, str, type(None))
 _MAX_LISTED = 12  # differences listed in an error message
 
@@ -101,6 +104,8 @@ def _compare(kind: str, saved: Mapping, expected: Mapping) -> list[str]:
 
 
 def _check_metadata(metadata) -> dict[str, Any]:
+    if isinstance(metadata, Config):
+        metadata = metadata.metadata()
     metadata = {} if metadata is None else dict(metadata)
     for key, value in metadata.items():
         if not (isinstance(key, str) and isinstance(value, _SCALARS)):
@@ -120,10 +125,10 @@ def _read_record(body: bytes) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise ValueError(f"checkpoint body is a {type(record).__name__}, not a record.")
     version = record.get("version")
-    if type(version) is not int or version not in (1, VERSION):
+    if type(version) is not int or not 1 <= version <= VERSION:
         raise ValueError(
             f"checkpoint format version {version!r} is not supported "
-            f"(this library reads versions 1 and {VERSION})."
+            f"(this library reads versions 1 to {VERSION})."
         )
     if "state" not in record:
         raise ValueError("checkpoint record holds no 'state'.")
@@ -133,228 +138,17 @@ def _read_record(body: bytes) -> dict[str, Any]:
     return record
 
 
-def _pack_v1_stats(tree):
-    """A version-1 state dict with every RunningStats in the packed layout.
-
-    Version 1 kept ``mean``, ``mean_low``, ``m2``, ``m2_low`` (and ``weight``)
-    and the count words ``count_hi``, ``count_lo`` as separate leaves; they
-    are stacked along a new last axis into ``moments`` and ``count_words``,
-    bit for bit. A record that does not hold them consistently (one shape,
-    one float dtype, uint32 words) is left as it is, and the comparison with
-    the template then names its leaves.
-    """
-    if not isinstance(tree, dict):
-        return tree
-    tree = {key: _pack_v1_stats(value) for key, value in tree.items()}
-    names = (*_V1_FLOATS, *_V1_WORDS)
-    if set(names) <= set(tree) <= {*names, "weight"}:
-        floats = [tree[name] for name in _V1_FLOATS]
-        if tree.get("weight") is not None:
-            floats.append(tree["weight"])
-        words = [tree[name] for name in _V1_WORDS]
-        leaves = floats + words
-        if all(isinstance(leaf, np.ndarray) for leaf in leaves) and (
-            len({leaf.shape for leaf in leaves}) == 1
-            and len({leaf.dtype for leaf in floats}) == 1
-            and floats[0].dtype.kind == "f"
-            and all(word.dtype == np.uint32 for word in words)
-        ):
-            return {"moments": np.stack(floats, axis=-1), "count_words": np.stack(words, axis=-1)}
-    return tree
-
-
-def _refuse_where(name: str, values, bad, expected: str) -> None:
-    """Raises a ValueError naming ``name`` and its first value where ``bad`` holds."""
-    values, bad = np.asarray(values), np.asarray(bad)
-    if np.any(bad):
-        value = np.broadcast_to(values, bad.shape)[bad].flat[0].item()
-        raise ValueError(f"{name} holds {value!r}; expected {expected}.")
-
-
-def check_stats_values(stats: rs.RunningStats, name: str = "stats") -> None:
-    r"""Raises a ValueError unless ``stats`` holds values a merge can produce.
-
-    The mean and the rounding-error terms are finite, :math:`M` is in
-    :math:`[0, +\infty]` (``+inf`` once saturated, never NaN) and so is
-    :math:`M` with its rounding error, ``m2 + m2_low`` (the variance's
-    numerator: a negative one makes the divisor NaN), and the weight of
-    exponential moving statistics is positive and finite. Any count is one
-    some number of updates reaches.
-
-    Example:
-      >>> stats = rs.init_stats()
-      >>> check_stats_values(stats.replace(moments=jnp.array([0.0, 0.0, -1.0, 0.0])))
-      Traceback (most recent call last):
-      ...
-      ValueError: stats.m2 holds -1.0; expected M >= 0 (+inf when saturated).
-    """
-    rules: list[tuple[str, Callable[[np.ndarray], np.ndarray], str]] = [
-        ("mean", np.isfinite, "a finite mean"),
-        ("mean_low", np.isfinite, "a finite rounding error"),
-        ("m2", lambda m2: m2 >= 0, "M >= 0 (+inf when saturated)"),
-        ("m2_low", np.isfinite, "a finite rounding error"),
-    ]
-    if stats.weight is not None:
-        rules.append(("weight", lambda w: np.isfinite(w) & (w > 0), "a positive, finite weight"))
-    for field, rule, expected in rules:
-        values = np.asarray(getattr(stats, field))
-        _refuse_where(f"{name}.{field}", values, ~rule(values), expected)
-    m2, m2_low = np.asarray(stats.m2), np.asarray(stats.m2_low)
-    with np.errstate(over="ignore"):
-        total = m2 + m2_low  # in the statistics dtype, as the variance is computed
-    _refuse_where(
-        f"{name}.m2_low",
-        m2_low,
-        ~(total >= 0),
-        f"a rounding error that keeps m2 + m2_low >= 0 (m2 is {m2.flat[0].item()!r} there)"
-        if m2.size == 1
-        else "a rounding error that keeps m2 + m2_low >= 0",
-    )
-
-
-def check_return(ret, name: str = "ret") -> None:
-    """Raises a ValueError if a tracked discounted return is NaN.
-
-    A step never makes the return NaN: non-finite rewards are left out of it.
-    It can overflow to ``+-inf`` (returns beyond the dtype's range), which
-    saturates the statistics as it does in a run, so infinities load.
-    """
-    values = np.asarray(ret)
-    _refuse_where(
-        name, values, np.isnan(values), "a return that is not NaN (+-inf once overflowed)"
-    )
-
-
-def _check_normalize_reward_state(state: NormalizeRewardState, name: str) -> None:
-    """The return and the running maximum of ``|G|`` of ``g_max``, in ``[0, +inf]``."""
-    check_return(state.ret, f"{name}.ret")
-    if state.ret_abs_max is not None:
-        values = np.asarray(state.ret_abs_max)
-        _refuse_where(
-            f"{name}.ret_abs_max",
-            values,
-            ~(values >= 0),
-            "a running maximum of |G| >= 0 (+inf once a return overflowed), never NaN",
-        )
-
-
-def _check_percentile_scale_reward_state(state: PercentileScaleRewardState, name: str) -> None:
-    check_return(state.ret, f"{name}.ret")
-
-
-def _check_percentile_state(state: PercentileState, name: str) -> None:
-    """Finite averages, the low one at most the high one (every update keeps that order)."""
-    low, high = np.asarray(state.low), np.asarray(state.high)
-    _refuse_where(f"{name}.low", low, ~np.isfinite(low), "a finite moving percentile")
-    _refuse_where(f"{name}.high", high, ~np.isfinite(high), "a finite moving percentile")
-    _refuse_where(
-        f"{name}.low",
-        low,
-        ~(low <= high),
-        f"a low percentile <= the high one ({name}.high holds {high.flat[0].item()!r})"
-        if high.size == 1
-        else "a low percentile <= the high one",
-    )
-
-
-# What every state type load_state restores may hold: a check of its own fields
-# (the states nested in it are checked by their own entries).
-_VALUE_CHECKS: dict[type, Callable[[Any, str], None]] = {
-    rs.RunningStats: check_stats_values,
-    NormalizeRewardState: _check_normalize_reward_state,
-    PercentileScaleRewardState: _check_percentile_scale_reward_state,
-    PercentileState: _check_percentile_state,
-}
-
-
-def check_values(state) -> None:
-    """Checks every state of a known type in ``state`` (:data:`_VALUE_CHECKS`), named by path.
-
-    The other leaves (``CheckFiniteRewardState.step``, any count word, the
-    arrays of an arbitrary pytree) hold no value a run cannot reach.
-    """
-    for kind, check in _VALUE_CHECKS.items():
-
-        def is_kind(node, kind=kind) -> bool:
-            return isinstance(node, kind)
-
-        for path, node in jax.tree_util.tree_flatten_with_path(state, is_leaf=is_kind)[0]:
-            if is_kind(node):
-                check(node, "state" + jax.tree_util.keystr(path))
-
-
-# Options of ``normalize_reward`` added after format version 2 began, at the values
-# that checkpoints saved before them hold: one scalar stream per environment.
-_ADDED_OPTIONS = {"components": 0, "num_tasks": None, "episodic": True}
-
-
-def _with_added_options(metadata: dict[str, Any], version: int) -> dict[str, Any]:
-    """Metadata with the options added since it was saved, at the values it implied.
-
-    A ``normalize_reward`` config of version 1 has no ``finite_rewards``: its
-    normalizers handled non-finite rewards, so it is ``False``. Configs saved
-    before the reward streams have no ``components``, ``num_tasks`` or
-    ``episodic``: they are one scalar, episodic stream.
-    """
-    metadata = dict(metadata)
-    for key, value in list(metadata.items()):
-        if key.endswith("transform") and value == "normalize_reward":
-            prefix = key[: -len("transform")]
-            added = _ADDED_OPTIONS | ({"finite_rewards": False} if version == 1 else {})
-            for option, default in added.items():
-                metadata.setdefault(prefix + option, default)
-    return metadata
-
-
-# State fields that older checkpoints hold and states no longer keep: the task ids of a
-# keyed normalize_reward, now an input of every step.
-_REMOVED_FIELDS = frozenset({"task"})
-
-
-def _with_current_fields(saved, expected):
-    """``saved`` with the fields states no longer keep dropped, and those added since as None.
-
-    A field added since is one that is ``None`` in ``expected`` and absent from ``saved``.
-    """
-    if not (isinstance(saved, dict) and isinstance(expected, dict)):
-        return saved
-    filled = {
-        key: _with_current_fields(value, expected.get(key))
-        for key, value in saved.items()
-        if key in expected or key not in _REMOVED_FIELDS
-    }
-    for key, value in expected.items():
-        if value is None and key not in saved:
-            filled[key] = None
-    return filled
-
-
-# Static fields added after format version 2 began, at the values older states held.
-_ADDED_STATIC = {"step_size": None}  # RunningStats: cumulative or exponential moving
-
-
-def _with_added_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
-    """Saved static fields with those added since (``RunningStats.step_size``) filled in."""
-    filled = dict(saved)
-    for path in expected:
-        prefix, _, name = path.rpartition("/")
-        of_stats = (f"{prefix}/" if prefix else "") + "decay" in expected  # a RunningStats
-        if name in _ADDED_STATIC and of_stats and path not in saved:
-            filled[path] = _ADDED_STATIC[name]
-    return filled
-
-
-def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
+def save_state(state, metadata: Config | Mapping[str, Any] | None = None) -> bytes:
     """Serializes a transform state (any pytree of arrays) to msgpack bytes.
 
     Args:
       state: the state, e.g. from ``normalize_reward(...).init(...)`` and
         ``step``; any pytree ``flax.serialization`` handles (flax dataclasses,
         NamedTuples, tuples, dicts) of arrays, Python numbers or ``None``.
-      metadata: optional ``{str: bool | int | float | str | None}`` stored in
-        the header and checked by :func:`load_state`, for what the state does
-        not record: usually the transform's ``config`` (its semantics,
-        ``gamma``, ``epsilon``...).
+      metadata: optional: the transform's ``config`` (stored flattened, by
+        its ``metadata()``: its semantics, ``gamma``, ``epsilon``...), or any
+        ``{str: bool | int | float | str | None}``; stored in the header and
+        checked by :func:`load_state`, for what the state does not record.
 
     Returns:
       The checkpoint bytes; the arrays are stored bit-exactly.
@@ -381,6 +175,7 @@ def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
     body = serialization.msgpack_serialize(
         {
             "version": VERSION,
+            "layout": checks.layout(state),
             "static": _static_fields(state),
             "metadata": _check_metadata(metadata),
             "state": serialization.to_state_dict(state),
@@ -391,7 +186,7 @@ def save_state(state, metadata: Mapping[str, Any] | None = None) -> bytes:
     )
 
 
-def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None):
+def load_state(template, data: bytes, metadata: Config | Mapping[str, Any] | None = None):
     """Restores a state saved by :func:`save_state`, checked against ``template``.
 
     Args:
@@ -401,15 +196,17 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
       metadata: the metadata the checkpoint must hold (usually the
         transform's ``config``), or ``None`` to accept any.
 
-    Checkpoints of format version 1 (rewardnorm_jax 0.1.0, which stored each
-    quantity of :class:`~rewardnorm_jax.RunningStats` as its own leaf) are
-    migrated to the packed layout on loading, bit for bit, and their
-    metadata gains the options added since at the values version 1 implied
-    (``finite_rewards=False``). Checkpoints saved before the reward streams
-    load as one scalar, episodic stream (``components=0``, ``num_tasks=None``,
-    ``episodic=True``). The task ids that keyed states of earlier versions
-    held (field ``task``) are dropped on loading: ids are an input of every
-    step.
+    Checkpoints of earlier format versions load through
+    :mod:`~rewardnorm_jax._src.checkpoint_migration`: version 1
+    (rewardnorm_jax 0.1.0, which stored each quantity of
+    :class:`~rewardnorm_jax.RunningStats` as its own leaf) is packed, bit for
+    bit; the flat options of versions 1 and 2 (``shared``, ``decay``,
+    ``clip``, ``episodic``...) are renamed to the nested configuration's
+    (``statistics/per_env``, ``statistics/decay``, ``semantics/clip``, the
+    ``non_episodic`` semantics), options added since take the values the
+    file implied (one scalar, episodic stream; ``finite_rewards=False`` for
+    version 1), and the task ids that keyed states held (field ``task``)
+    are dropped: ids are an input of every step.
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with
@@ -439,30 +236,28 @@ def load_state(template, data: bytes, metadata: Mapping[str, Any] | None = None)
     body = envelope.get("body")
     if not isinstance(body, bytes) or zlib.crc32(body) != envelope.get("crc32"):
         raise ValueError("checkpoint is corrupt: its body does not match its crc32 checksum.")
-    record = _read_record(body)
-    saved = record["state"]
-    if record["version"] == 1:
-        saved = _pack_v1_stats(saved)
-    record["metadata"] = _with_added_options(record["metadata"], record["version"])
     expected = serialization.to_state_dict(template)
-    saved = _with_current_fields(saved, expected)
+    template_static = _static_fields(template)
+    record = checkpoint_migration.migrate(_read_record(body), expected, template_static)
+    saved = record["state"]
 
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
-    template_static = _static_fields(template)
-    saved_static = _with_added_static(record["static"], template_static)
-    differences += _compare("static field", saved_static, template_static)
+    differences += _compare("static field", record["static"], template_static)
     if metadata is not None:
         differences += _compare("metadata", record["metadata"], _check_metadata(metadata))
     if differences:
         shown = differences[:_MAX_LISTED] + [f"... and {len(differences) - _MAX_LISTED} more"] * (
             len(differences) > _MAX_LISTED
         )
+        holds = record.get("layout", {}).get("state")
+        wanted = checks.layout(template)["state"]
+        kinds = f" (it holds a {holds}, the template is a {wanted})" if holds != wanted else ""
         raise ValueError(
-            "checkpoint does not match the template (leaves as dtype[shape]):\n  "
-            + "\n  ".join(shown)
+            f"checkpoint does not match the template{kinds if holds else ''} "
+            "(leaves as dtype[shape]):\n  " + "\n  ".join(shown)
         )
     state = serialization.from_state_dict(template, saved)
-    check_values(state)
+    state_fields.check_values(state)
     return jax.tree.map(
         lambda like, value: jnp.asarray(value) if isinstance(like, jax.Array) else value,
         template,

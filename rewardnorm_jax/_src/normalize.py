@@ -2,82 +2,106 @@ r"""Reward normalization by the running standard deviation of the discounted ret
 
 One recurrence, parameterised by :class:`~rewardnorm_jax.Semantics`, reproduces
 Gymnasium's ``NormalizeReward``, Stable-Baselines3's ``VecNormalize`` (reward
-part) and PureJaxRL's ``NormalizeVecReward``.
+part) and PureJaxRL's ``NormalizeVecReward``. :func:`return_step` runs it for
+every transform driven by the discounted return (the percentile scaler too).
 """
 
 import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import base, formulas
-from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src import base, builder, checks
 from rewardnorm_jax._src import semantics as sem_lib
-
-SEMANTICS_CLIP = object()  # ``clip`` left out: the semantics' own bound
+from rewardnorm_jax._src.stats import formulas
+from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats.placement import SHARED, Statistics
 
 
 class NormalizeRewardState(struct.PyTreeNode):
     """State of :func:`normalize_reward`."""
 
-    # statistics of the discounted return: () shared, else batch_shape; with
-    # components, their shape; with num_tasks, a leading axis of one set per task
+    # statistics of the discounted return, of the shape Statistics.shape gives
     stats: rs.RunningStats
-    ret: jax.Array  # batch_shape, the tracked discounted return G
+    ret: jax.Array = base.per_env_field()  # batch_shape, the tracked discounted return G
     ret_abs_max: jax.Array | None = None  # stats shape, running max |G| (g_max only)
 
-
-# Which hyperparameters shape which part of the state, for mismatch messages.
-STATE_HINTS = {
-    "": "shared,dtype",
-    "ret": "dtype",
-    "stats/decay": "decay",
-    "stats/moments": "decay,shared,components,num_tasks,dtype",
-    "ret_abs_max": "g_max,shared,components,num_tasks",
-    "stats/count_words": "shared,components,num_tasks",
-}
-
-
-def check_gamma(gamma) -> float:
-    """Validates the discount factor; returns it as a float."""
-    # gamma > 1 makes the return diverge, gamma < 0 flips its sign every step.
-    if not (base.is_real(gamma) and 0.0 <= gamma <= 1.0):
-        raise ValueError(f"gamma should be in the interval [0, 1], got gamma={gamma!r}.")
-    return float(gamma)
+    def check_values(self, name: str) -> None:
+        """A return that is not NaN; a running maximum of ``|G|`` in ``[0, +inf]``."""
+        checks.check_return(self.ret, f"{name}.ret")
+        if self.ret_abs_max is not None:
+            values = np.asarray(self.ret_abs_max)
+            checks.refuse_where(
+                f"{name}.ret_abs_max",
+                values,
+                ~(values >= 0),
+                "a running maximum of |G| >= 0 (+inf once a return overflowed), never NaN",
+            )
 
 
-def semantics_config(semantics: sem_lib.Semantics) -> dict:
-    """The recurrence's conventions as plain values, for a transform's ``config``."""
-    return {
-        "semantics": semantics.name,
-        "reset_before": semantics.reset_before,
-        "reset_after": semantics.reset_after,
-        "freeze_stops_return": semantics.freeze_stops_return,
-    }
+@dataclasses.dataclass(frozen=True)
+class NormalizeRewardConfig(base.Config):
+    """The options of :func:`normalize_reward`, checked when it is built."""
+
+    name: ClassVar[str] = "normalize_reward"
+    gamma: float = 0.99
+    epsilon: float = 1e-8
+    semantics: sem_lib.Semantics = sem_lib.GYMNASIUM
+    statistics: Statistics = SHARED
+    dtype: Any = None
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+    g_max: float | None = None
+    finite_rewards: bool = False
+
+    def __post_init__(self):
+        dtype = rs.check_dtype(self.dtype)
+        semantics = sem_lib.resolve(self.semantics)
+        if not isinstance(self.statistics, Statistics):
+            raise TypeError(
+                f"statistics should be a rewardnorm_jax.Statistics (e.g. "
+                f"rn.Statistics(num_tasks=4)), got statistics={self.statistics!r}."
+            )
+        if semantics.clip is not None:  # a clip that rounds to 0 or inf in dtype
+            checks.check_positive("clip", semantics.clip, dtype, allow_inf=True)
+        rs.check_decay(self.statistics.decay, dtype)
+        options = {
+            "gamma": checks.check_gamma(self.gamma),
+            # epsilon = 0 (or one that rounds to 0 in dtype) divides by zero on constant returns.
+            "epsilon": checks.check_positive("epsilon", self.epsilon, dtype),
+            "semantics": semantics,
+            "dtype": dtype,
+            "axis_name": rs.check_axis_name(self.axis_name),
+            # g_max <= 0 divides by zero or flips the sign of the floor.
+            "g_max": None
+            if self.g_max is None
+            else checks.check_positive("g_max", self.g_max, dtype),
+            "finite_rewards": checks.check_bool("finite_rewards", self.finite_rewards),
+        }
+        for field, value in options.items():
+            object.__setattr__(self, field, value)
 
 
-def checked_return_step(
-    ret,
-    stats,
-    reward,
-    terminated,
-    truncated,
-    update_stats,
-    active,
+def return_step(
+    ret: jax.Array,
+    stats: base.PyTree,
+    inputs: base.StepInputs,
     *,
-    gamma,
-    semantics,
-    dtype,
-    learn_returns,
-    finite_rewards=False,
-):
-    """One environment step of a transform driven by the discounted return, inputs checked.
+    gamma: float,
+    semantics: sem_lib.Semantics,
+    dtype: np.dtype,
+    learn_returns: Callable,
+    finite_rewards: bool = False,
+) -> tuple[jax.Array, jax.Array, base.PyTree]:
+    """One environment step of a transform driven by the discounted return.
 
-    Checks the inputs' kinds and shapes, casts them, and runs the library's
-    one recurrence, :func:`~rewardnorm_jax._src.formulas.return_step` (the
-    Gymnasium adapters run it on the host): it advances the return, lets
+    Casts the checked inputs and runs the library's one recurrence,
+    :func:`~rewardnorm_jax._src.stats.formulas.return_step` (the Gymnasium
+    adapters run it on the host): it advances the return, lets
     ``learn_returns(stats, ret, mask)`` fold the valid returns into the
     transform's statistics, then applies the freeze rule and the post-update
     reset of ``semantics``.
@@ -98,19 +122,18 @@ def checked_return_step(
       carry, and the statistics.
     """
     shape = ret.shape
-    base.check_step_inputs(shape, reward, terminated=terminated, truncated=truncated, active=active)
-    base.check_update_stats(update_stats)
-    terminated = base.as_flag(terminated, shape, "terminated")
-    truncated = base.as_flag(truncated, shape, "truncated")
+    terminated = checks.as_flag(inputs.terminated, shape, "terminated")
+    truncated = checks.as_flag(inputs.truncated, shape, "truncated")
+    active = inputs.active
     if active is not None:
-        active = base.as_flag(active, shape, "active")
+        active = checks.as_flag(active, shape, "active")
+    update_stats = inputs.update_stats
     if not isinstance(update_stats, bool):
         update_stats = jnp.asarray(update_stats, bool)
-    reward = jnp.asarray(reward, dtype)
+    reward = jnp.asarray(inputs.reward, dtype)
     valid = True if finite_rewards else jnp.isfinite(reward)
     if active is not None:
         valid = active & valid
-
     new_ret, stats = formulas.return_step(
         jnp,
         ret,
@@ -128,15 +151,79 @@ def checked_return_step(
     return reward, new_ret, stats
 
 
-def running_max(old, values, mask, axis_name=None) -> jax.Array:
-    """``max(old, max of the masked values)``, reducing leading axes to ``old``'s shape."""
-    num_batch_axes = values.ndim - old.ndim
-    batch_max = jnp.max(
-        values, axis=tuple(range(num_batch_axes)), where=mask, initial=-jnp.inf
-    )  # -inf for an empty batch
-    if axis_name is not None:
-        batch_max = jax.lax.pmax(batch_max, axis_name)
-    return jnp.maximum(old, batch_max)
+def init(config: NormalizeRewardConfig, batch_shape: base.Shape) -> NormalizeRewardState:
+    """The prior statistics (:func:`~rewardnorm_jax.init_stats`) and zero returns."""
+    stats_shape = config.statistics.shape(batch_shape)
+    return NormalizeRewardState(
+        stats=rs.init_stats(stats_shape, config.dtype, decay=config.statistics.decay),
+        ret=jnp.zeros(batch_shape, config.dtype),
+        ret_abs_max=None if config.g_max is None else jnp.zeros(stats_shape, config.dtype),
+    )
+
+
+def env_task(config: NormalizeRewardConfig, task, batch_shape: base.Shape):
+    """Checked task ids spread over the environments' shape; ``None`` without tasks."""
+    if task is None:
+        return None
+    return checks.spread(task, batch_shape[: len(batch_shape) - config.statistics.components])
+
+
+def inverse_std(config: NormalizeRewardConfig, running, ret_abs_max) -> jax.Array:
+    r""":math:`1 / \max(\sqrt{\sigma^2 + \epsilon}, M / g_{max})`, as one square root."""
+    var = running.var
+    if config.g_max is not None:
+        floor = ret_abs_max / config.g_max
+        var = jnp.maximum(var, floor * floor - config.epsilon)
+    return jax.lax.rsqrt(var + config.epsilon)
+
+
+def scale(config: NormalizeRewardConfig, reward, inverse) -> jax.Array:
+    """The rewards times ``inverse``, clipped; non-finite ones passed through."""
+    passthrough = False if config.finite_rewards else ~jnp.isfinite(reward)
+    return formulas.clip_scaled(jnp, reward * inverse, reward, config.semantics.clip, passthrough)
+
+
+def apply(config: NormalizeRewardConfig, state: NormalizeRewardState, reward, task) -> jax.Array:
+    """The rewards divided by the current scale of their statistics."""
+    task = env_task(config, task, state.ret.shape)
+    reward = jnp.asarray(reward, config.dtype)
+    inverse = inverse_std(config, state.stats, state.ret_abs_max)
+    return scale(config, reward, rs.per_key(inverse, task))
+
+
+def learn_returns(config: NormalizeRewardConfig, task, stats, ret, mask):
+    """``stats`` (running statistics, max of ``|G|``) with the returns ``ret`` learnt."""
+    running, ret_abs_max = stats
+    axis_name = config.axis_name
+    mask = None if mask is True else jnp.broadcast_to(mask, ret.shape)
+    if task is not None:
+        if config.g_max is not None:
+            ret_abs_max = keyed_max(ret_abs_max, jnp.abs(ret), mask, task, axis_name)
+        return rs.merge_keyed(running, ret, mask, task, axis_name=axis_name), ret_abs_max
+    if config.g_max is not None:
+        ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
+    # unselected_alike: a skipped step's return is a return too
+    running = rs.merge_checked(running, ret, mask, axis_name=axis_name, unselected_alike=True)
+    return running, ret_abs_max
+
+
+def step(config: NormalizeRewardConfig, state: NormalizeRewardState, inputs: base.StepInputs):
+    """Advance the returns, learn them, then divide the rewards by the new scale."""
+    task = env_task(config, inputs.task, state.ret.shape)
+    rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
+    reward, ret, (stats, ret_abs_max) = return_step(
+        state.ret,
+        (state.stats, state.ret_abs_max),
+        inputs,
+        gamma=config.gamma,
+        semantics=config.semantics,
+        dtype=config.dtype,
+        learn_returns=functools.partial(learn_returns, config, task),
+        finite_rewards=config.finite_rewards,
+    )
+    new_state = state.replace(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
+    inverse = rs.per_key(inverse_std(config, stats, ret_abs_max), task)
+    return scale(config, reward, inverse), new_state
 
 
 def normalize_reward(
@@ -144,16 +231,11 @@ def normalize_reward(
     epsilon: base.Real = 1e-8,
     *,
     semantics: "str | sem_lib.Semantics" = "gymnasium",
-    clip=SEMANTICS_CLIP,
+    statistics: Statistics = SHARED,
     dtype=None,
     axis_name=None,
-    decay=None,
-    shared: bool | np.bool_ = True,
     g_max=None,
     finite_rewards: bool | np.bool_ = False,
-    components: int = 0,
-    num_tasks: int | None = None,
-    episodic: bool | np.bool_ = True,
 ) -> base.RewardTransform:
     r"""Scales rewards by the running standard deviation of the discounted return.
 
@@ -173,7 +255,13 @@ def normalize_reward(
     gymnasium     terminated        never             none  no
     sb3           never             term. or trunc.   10    yes
     purejaxrl     term. or trunc.   never             none  no
+    non_episodic  never             never             none  no
     ============  ================  ================  ====  ================
+
+    ``non_episodic`` is a return that never resets (intrinsic rewards, as
+    RND's): the flags are still checked, and never used. Another clip is a
+    ``dataclasses.replace(rn.Semantics.preset("sb3"), clip=5.0)`` or a
+    chained :func:`~rewardnorm_jax.clip_reward`.
 
     Defaults follow Gymnasium's ``NormalizeReward`` (1.4.0). The discounted
     return is never reset by ``init`` after the fact: keep the state across
@@ -202,21 +290,15 @@ def normalize_reward(
 
     Options beyond the references:
 
-    * ``decay``: exponential moving statistics instead of cumulative ones, for
-      reward scales that drift (see :func:`rewardnorm_jax.init_stats`); each
-      update discounts the past by ``decay`` and the division by the
-      discounted weight is the bias correction, so early steps are not biased
-      towards the prior.
-    * ``shared=False``: one set of statistics per environment (shape
-      ``batch_shape``), for multi-task batches where each environment has its
-      own reward scale; with ``axis_name``, environment :math:`i` of every
-      participant shares statistics (position-wise ``psum``).
-    * reward streams beyond one scalar per environment: ``components``
-      (several objectives, or agents stacked along an axis, each with its own
-      statistics), ``num_tasks`` (one set per task, for multi-task and
-      open-ended training) and ``episodic=False`` (a non-episodic return for
-      intrinsic rewards). Flags may be given per environment (a leading part
-      of the rewards' shape) or per reward.
+    * ``statistics``: where the statistics live and how they weigh the past
+      (:class:`~rewardnorm_jax.Statistics`): shared by the batch (default, as
+      the references), per environment, per component (several objectives,
+      or agents stacked along an axis), per task (multi-task and open-ended
+      training), and cumulative or exponential moving (``decay``, for reward
+      scales that drift; the division by the discounted weight is the bias
+      correction, so early steps are not biased towards the prior). Flags
+      may be given per environment (a leading part of the rewards' shape)
+      or per reward.
     * ``g_max``: a floor on the divisor from the running maximum of
       :math:`|G|` (SimbaV2, FastTD3), so the normalized return stays within
       about :math:`\pm g_{max}` when the variance is small against the largest
@@ -231,17 +313,14 @@ def normalize_reward(
       epsilon: added to the variance before the square root, > 0.
       semantics: ``"gymnasium"`` (default), ``"sb3"``, ``"purejaxrl"``,
         ``"gymnasium_same_step"`` (Gymnasium's vector wrapper under SAME_STEP
-        autoreset), or a :class:`~rewardnorm_jax.Semantics` instance.
-      clip: symmetric bound of the normalized reward; defaults to the
-        semantics' own (10 for sb3, none otherwise); ``None`` disables it.
+        autoreset), ``"non_episodic"``, or a :class:`~rewardnorm_jax.Semantics`
+        instance; it also carries the clip of the normalized reward.
+      statistics: a :class:`~rewardnorm_jax.Statistics`; default one set
+        shared by the batch, cumulative.
       dtype: statistics and return dtype, float32 or float64; default float64
         under x64, float32 otherwise.
       axis_name: mapped axis name(s) to share the statistics across
         (``vmap``/``pmap``/``shard_map``); see :func:`rewardnorm_jax.merge_stats`.
-      decay: ``None`` (cumulative statistics, as the references) or the
-        per-update discount in [0, 1) of exponential moving statistics.
-      shared: one set of statistics for the whole batch (default, as the
-        references) or, if false, one per environment.
       g_max: ``None``, or the bound :math:`g_{max} > 0` on the normalized
         return that sets the floor :math:`M / g_{max}` of the divisor
         (SimbaV2 and FastTD3 use 10).
@@ -249,36 +328,18 @@ def normalize_reward(
         compiled step then skips the NaN/inf handling (a non-finite reward
         would poison the statistics); with no ``active`` mask either, it
         selects no entries at all, the cheapest step.
-      components: how many trailing axes of the rewards are components of one
-        environment's reward (objectives, or agents stacked along an axis),
-        each with statistics of its own; the other axes are environments,
-        which share them. 0 (default): every reward shares one set, which
-        keeps the ratios between components.
-      num_tasks: ``None``, or the number :math:`K` of tasks (levels): one
-        set of statistics per task, each environment's return merged into its
-        task's set and its reward normalized by it. Every ``step``,
-        ``update`` and ``normalize`` then takes ``task=``, the integer ids in
-        ``[0, K)`` of this call's environments (the rewards' shape without
-        their component axes, or a leading part of it); the ids are inputs,
-        like the rewards, and the state keeps none. Inside ``jit`` an id
-        outside ``[0, K)`` is a ``checkify`` error where the caller runs
-        under ``jax.experimental.checkify.checkify``; without it the entry
-        joins no task's statistics and its reward normalizes to NaN. Under
-        ``jit`` without x64, JAX converts int64 ids to int32 on the way in
-        (``2**32 + 1`` arrives as 1): pass int32 ids there.
-      episodic: if false, the return never resets at episode ends (intrinsic
-        rewards, as RND's): the flags are still checked, and never used.
 
     Returns:
       A :class:`~rewardnorm_jax.RewardTransform`. The output reward has the
       statistics dtype (float32 or float64), whatever the rewards' dtype.
 
     Raises:
-      ValueError: for gamma outside [0, 1], epsilon <= 0, a non-positive clip,
-        an unknown semantics, a decay outside [0, 1) or a non-positive g_max;
+      ValueError: for gamma outside [0, 1], epsilon <= 0, an unknown
+        semantics, a decay that rounds to 1 in ``dtype`` or a non-positive g_max;
         from ``step`` and ``update``, under an ``axis_name`` that no enclosing
         map binds.
-      TypeError: for ``shared`` or ``finite_rewards`` that is not a bool, or an
+      TypeError: for ``finite_rewards`` that is not a bool, ``statistics``
+        that is no :class:`~rewardnorm_jax.Statistics`, or an
         ``axis_name`` that is no name (an integer); from the transform's
         functions, for rewards that are not real numbers or flags that are
         not numbers (see :class:`~rewardnorm_jax.RewardTransform`).
@@ -300,166 +361,29 @@ def normalize_reward(
       Reinforcement Learning <https://arxiv.org/abs/2502.15280>`_, 2025
       (SimbaV2, ``g_max``).
     """
-    gamma = check_gamma(gamma)
-    semantics = sem_lib.resolve(semantics)
-    dtype = rs.check_dtype(dtype)
-    axis_name = rs.check_axis_name(axis_name)
-    # epsilon = 0 (or a value that rounds to 0 in dtype) divides by zero while
-    # the variance is 0 (constant returns).
-    epsilon = base.check_positive("epsilon", epsilon, dtype)
-    clip = semantics.clip if clip is SEMANTICS_CLIP else clip
-    clip = None if clip is None else base.check_positive("clip", clip, dtype, allow_inf=True)
-    decay = rs.check_decay(decay, dtype)
-    # g_max <= 0 divides by zero or flips the sign of the floor.
-    g_max = None if g_max is None else base.check_positive("g_max", g_max, dtype)
-    shared = base.check_bool("shared", shared)  # a truthy string would silently share
-    finite_rewards = base.check_bool("finite_rewards", finite_rewards)
-    episodic = base.check_bool("episodic", episodic)
-    if not episodic:  # the flags are still checked, and end no return
-        semantics = dataclasses.replace(semantics, reset_before="never", reset_after="never")
-    components = base.check_count("components", components, minimum=0)
-    num_tasks = base.check_num_tasks(num_tasks)
-    if num_tasks is not None and not shared:
-        raise ValueError(
-            f"num_tasks={num_tasks} keeps one set of statistics per task, shared by the "
-            "environments that run it; shared=False keeps one per environment: choose one."
-        )
-
-    def init(batch_shape: base.ShapeLike = ()) -> NormalizeRewardState:
-        batch_shape = base.check_batch_shape(batch_shape)
-        if len(batch_shape) < components:
-            raise ValueError(
-                f"batch_shape={batch_shape} has fewer axes than components={components}: "
-                "the rewards' last `components` axes are their components (objectives, "
-                "agents), e.g. batch_shape=(num_envs, num_objectives) with components=1."
-            )
-        component_shape = batch_shape[len(batch_shape) - components :]
-        tasks = () if num_tasks is None else (num_tasks,)
-        stats_shape = tasks + component_shape if shared else batch_shape
-        return NormalizeRewardState(
-            stats=rs.init_stats(stats_shape, dtype, decay=decay),
-            ret=jnp.zeros(batch_shape, dtype),
-            ret_abs_max=None if g_max is None else jnp.zeros(stats_shape, dtype),
-        )
-
-    def checked_batch_shape(state) -> base.Shape:
-        batch_shape = base.shape_of(getattr(state, "ret", None))
-        base.check_state(state, init, batch_shape, config, STATE_HINTS)
-        return batch_shape
-
-    def checked_task(task, batch_shape: base.Shape) -> jax.Array | None:
-        """The environments' task ids (``None`` without ``num_tasks``), checked and spread."""
-        if num_tasks is None:  # transform_from_step refuses a task then
-            return None
-        env_shape = batch_shape[: len(batch_shape) - components]
-        if task is None:
-            raise ValueError(
-                f"normalize_reward(num_tasks={num_tasks}) keeps one set of statistics per "
-                "task and needs each environment's task id on every call: pass task=ids "
-                f"(integers in [0, {num_tasks}), shape {env_shape}), e.g. "
-                "norm.step(state, reward, terminated, truncated, task=ids); an adapter's "
-                "wrapper reads them with task_of=."
-            )
-        ids = base.check_task(task, env_shape, num_tasks, "environment", leading=True)
-        return base.spread(ids, env_shape)
-
-    def divisor_var(running, ret_abs_max) -> jax.Array:
-        """The variance the rewards are divided by (floored by ``g_max``)."""
-        var = running.var
-        if g_max is not None:  # max(sqrt(var + eps), M / g_max) as one square root
-            floor = ret_abs_max / g_max
-            var = jnp.maximum(var, floor * floor - epsilon)
-        return var
-
-    def inverse_std(running, ret_abs_max) -> jax.Array:
-        return jax.lax.rsqrt(divisor_var(running, ret_abs_max) + epsilon)
-
-    def scale(reward, inverse) -> jax.Array:
-        """The rewards times ``inverse`` (clipped), non-finite ones passed through."""
-        passthrough = False if finite_rewards else ~jnp.isfinite(reward)
-        return formulas.clip_scaled(jnp, reward * inverse, reward, clip, passthrough)
-
-    def normalize(state: NormalizeRewardState, reward, *, task=None) -> jax.Array:
-        batch_shape = checked_batch_shape(state)
-        base.check_step_inputs(batch_shape, reward)
-        task = checked_task(task, batch_shape)
-        reward = jnp.asarray(reward, dtype)
-        inverse = inverse_std(state.stats, state.ret_abs_max)
-        return scale(reward, rs.per_key(inverse, task))
-
-    def learn_returns(stats, ret, mask, task):
-        """``stats`` (running statistics, max of ``|G|``) with ``ret`` learnt."""
-        running, ret_abs_max = stats
-        mask = None if mask is True else jnp.broadcast_to(mask, ret.shape)
-        if task is not None:
-            if g_max is not None:
-                ret_abs_max = keyed_max(ret_abs_max, jnp.abs(ret), mask, task, axis_name)
-            running = rs.merge_keyed(running, ret, mask, task, axis_name=axis_name)
-            return running, ret_abs_max
-        if g_max is not None:
-            ret_abs_max = running_max(ret_abs_max, jnp.abs(ret), mask, axis_name)
-        running = rs.merge_checked(
-            running,
-            ret,
-            mask,
-            axis_name=axis_name,
-            unselected_alike=True,  # a skipped step's return is a return too
-        )
-        return running, ret_abs_max
-
-    def step(
-        state,
-        reward,
-        terminated=False,
-        truncated=False,
-        update_stats=True,
-        *,
-        active=None,
-        task=None,
-    ):
-        task = checked_task(task, checked_batch_shape(state))
-        rs.participants(axis_name)  # an unbound axis_name is named before any collective
-        reward, ret, (stats, ret_abs_max) = checked_return_step(
-            state.ret,
-            (state.stats, state.ret_abs_max),
-            reward,
-            terminated,
-            truncated,
-            update_stats,
-            active,
-            gamma=gamma,
-            semantics=semantics,
-            dtype=dtype,
-            learn_returns=lambda stats, ret, mask: learn_returns(stats, ret, mask, task),
-            finite_rewards=finite_rewards,
-        )
-        new_state = state.replace(stats=stats, ret=ret, ret_abs_max=ret_abs_max)
-        inverse = rs.per_key(inverse_std(stats, ret_abs_max), task)
-        return scale(reward, inverse), new_state
-
-    config = base.make_config(
-        "normalize_reward",
-        gamma=gamma,
-        epsilon=epsilon,
-        **semantics_config(semantics),
-        clip=clip,
-        dtype=dtype.name,
-        decay=decay,
-        shared=shared,
-        g_max=g_max,
-        finite_rewards=finite_rewards,
-        components=components,
-        num_tasks=num_tasks,
-        episodic=episodic,
+    config = NormalizeRewardConfig(
+        gamma, epsilon, semantics, statistics, dtype, axis_name, g_max, finite_rewards
     )
-    return base.transform_from_step(
-        init,
-        normalize,
-        step,
+    return builder.make_transform(
         config,
-        num_tasks=num_tasks,
-        components=components,
+        init,
+        apply,
+        step,
+        num_tasks=config.statistics.num_tasks,
+        components=config.statistics.components,
+        per_env=config.statistics.per_env,
     )
+
+
+def running_max(old, values, mask, axis_name=None) -> jax.Array:
+    """``max(old, max of the masked values)``, reducing leading axes to ``old``'s shape."""
+    num_batch_axes = values.ndim - old.ndim
+    batch_max = jnp.max(
+        values, axis=tuple(range(num_batch_axes)), where=mask, initial=-jnp.inf
+    )  # -inf for an empty batch
+    if axis_name is not None:
+        batch_max = jax.lax.pmax(batch_max, axis_name)
+    return jnp.maximum(old, batch_max)
 
 
 def keyed_max(old, values, mask, task, axis_name=None) -> jax.Array:

@@ -14,16 +14,19 @@ Two ways to use it:
   :func:`~rewardnorm_jax.normalize_reward`) and divides rewards by the scale.
 """
 
-from functools import partial
+import dataclasses
+import functools
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import base
+from rewardnorm_jax._src import base, builder, checks
 from rewardnorm_jax._src import normalize as norm_lib
-from rewardnorm_jax._src import running_stats as rs
 from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax._src.stats import running as rs
 
 
 class PercentileState(struct.PyTreeNode):
@@ -32,22 +35,40 @@ class PercentileState(struct.PyTreeNode):
     low: jax.Array  # (), EMA of the low percentile (5th by default)
     high: jax.Array  # (), EMA of the high percentile (95th by default)
 
+    def check_values(self, name: str) -> None:
+        """Finite averages, the low one at most the high one (every update keeps that order)."""
+        low, high = np.asarray(self.low), np.asarray(self.high)
+        checks.refuse_where(f"{name}.low", low, ~np.isfinite(low), "a finite moving percentile")
+        checks.refuse_where(f"{name}.high", high, ~np.isfinite(high), "a finite moving percentile")
+        checks.refuse_where(
+            f"{name}.low",
+            low,
+            ~(low <= high),
+            f"a low percentile <= the high one ({name}.high holds {high.flat[0].item()!r})"
+            if high.size == 1
+            else "a low percentile <= the high one",
+        )
+
 
 class PercentileScaleRewardState(struct.PyTreeNode):
     """State of :func:`percentile_scale_reward`."""
 
     percentiles: PercentileState  # EMAs of the return percentiles, shared by the batch
-    ret: jax.Array  # batch_shape, the tracked discounted return G
+    ret: jax.Array = base.per_env_field()  # batch_shape, the tracked discounted return G
+
+    def check_values(self, name: str) -> None:
+        """A return that is not NaN (the percentiles check their own)."""
+        checks.check_return(self.ret, f"{name}.ret")
 
 
 def _check_update_options(rate, low, high, dtype) -> float:
     # rate 0 (or one that rounds to 0 in dtype) never moves the averages;
     # rate > 1 overshoots and oscillates.
-    rate = base.check_positive("rate", rate, dtype)
+    rate = checks.check_positive("rate", rate, dtype)
     if rate > 1.0:
         raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
     # A range needs low < high inside [0, 100].
-    if not (base.is_real(low) and base.is_real(high) and 0.0 <= low < high <= 100.0):
+    if not (checks.is_real(low) and checks.is_real(high) and 0.0 <= low < high <= 100.0):
         raise ValueError(
             f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
         )
@@ -59,10 +80,10 @@ def _check_percentiles(state) -> jnp.dtype:
     dtype = jnp.dtype(getattr(getattr(state, "low", None), "dtype", None))
     scalar = f"{dtype.name}[]"
     expected = {"state": "PercentileState", "low": scalar, "high": scalar}
-    if not (dtype in (jnp.float32, jnp.float64) and base.layout(state) == expected):
+    if not (dtype in (jnp.float32, jnp.float64) and checks.layout(state) == expected):
         raise ValueError(
             "state should be a PercentileState of two float32 or float64 scalars, as "
-            f"init_percentiles() makes, got {base.layout(state)}."
+            f"init_percentiles() makes, got {checks.layout(state)}."
         )
     return jnp.dtype(dtype)
 
@@ -140,15 +161,20 @@ def update_percentiles(
     """
     dtype = _check_percentiles(state)
     rate = _check_update_options(rate, low, high, dtype)
-    values = jnp.asarray(base.check_reward("values", values), dtype)
-    valid = jnp.isfinite(values)
+    values = jnp.asarray(checks.check_reward("values", values), dtype)
     if mask is not None:
-        mask = jnp.asarray(base.check_flag("mask", mask), bool)
+        mask = jnp.asarray(checks.check_flag("mask", mask), bool)
         if mask.shape != values.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {values.shape}.")
+    return moved_percentiles(state, values, mask, rate, low, high, rs.check_axis_name(axis_name))
+
+
+def moved_percentiles(state, values, mask, rate, low, high, axis_name) -> PercentileState:
+    """:func:`update_percentiles` on checked inputs: the finite, masked-in values' percentiles."""
+    valid = jnp.isfinite(values)
+    if mask is not None:
         valid = valid & mask
     values = jnp.where(valid, values, jnp.nan)
-    axis_name = rs.check_axis_name(axis_name)
     rs.participants(axis_name)  # an unbound axis_name is named before any collective
     names = () if axis_name is None else axis_name if isinstance(axis_name, tuple) else (axis_name,)
     for name in names:
@@ -157,12 +183,12 @@ def update_percentiles(
         # Quantiles of fractions divided on the host: jnp.nanpercentile divides by 100 in
         # the values' dtype, which costs float32 up to 3e-5 (JAX 0.10) or 2e-6 (JAX 0.12)
         # of the value range; this stays within 1.3e-6 of float64 percentiles on either.
-        batch = jnp.nanquantile(values, jnp.asarray([low / 100, high / 100], dtype))
+        batch = jnp.nanquantile(values, jnp.asarray([low / 100, high / 100], values.dtype))
         new = PercentileState(
             low=(1.0 - rate) * state.low + rate * batch[0],
             high=(1.0 - rate) * state.high + rate * batch[1],
         )
-        new = jax.tree.map(partial(jnp.where, jnp.any(~jnp.isnan(values))), new, state)
+        new = jax.tree.map(functools.partial(jnp.where, jnp.any(~jnp.isnan(values))), new, state)
     else:
         new = state
     if names:
@@ -195,8 +221,71 @@ def percentile_scale(state: PercentileState, limit: base.Real = 1.0) -> jax.Arra
     """
     # limit <= 0 (or one that rounds to 0 in the state's dtype) allows a zero
     # or negative divisor.
-    limit = base.check_positive("limit", limit, _check_percentiles(state))
+    limit = checks.check_positive("limit", limit, _check_percentiles(state))
     return jnp.maximum(limit, state.high - state.low)
+
+
+@dataclasses.dataclass(frozen=True)
+class PercentileScaleRewardConfig(base.Config):
+    """The options of :func:`percentile_scale_reward`, checked when it is built."""
+
+    name: ClassVar[str] = "percentile_scale_reward"
+    gamma: float = 0.99
+    rate: float = 0.01
+    low: float = 5.0
+    high: float = 95.0
+    limit: float = 1.0
+    semantics: sem_lib.Semantics = sem_lib.GYMNASIUM
+    dtype: Any = None
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+
+    def __post_init__(self):
+        dtype = rs.check_dtype(self.dtype)
+        options = {
+            "gamma": checks.check_gamma(self.gamma),
+            "rate": _check_update_options(self.rate, self.low, self.high, dtype),
+            "low": float(self.low),
+            "high": float(self.high),
+            "limit": checks.check_positive("limit", self.limit, dtype),
+            "semantics": sem_lib.resolve(self.semantics),
+            "dtype": dtype,
+            "axis_name": rs.check_axis_name(self.axis_name),
+        }
+        for field, value in options.items():
+            object.__setattr__(self, field, value)
+
+
+def init(config: PercentileScaleRewardConfig, batch_shape: base.Shape):
+    """Both averages at 0, and zero returns."""
+    return PercentileScaleRewardState(
+        percentiles=init_percentiles(config.dtype), ret=jnp.zeros(batch_shape, config.dtype)
+    )
+
+
+def apply(config: PercentileScaleRewardConfig, state, reward, task) -> jax.Array:
+    r"""The rewards divided by the current scale, :math:`\max(\text{limit}, H - L)`."""
+    scale = jnp.maximum(config.limit, state.percentiles.high - state.percentiles.low)
+    return jnp.asarray(reward, config.dtype) / scale
+
+
+def step(config: PercentileScaleRewardConfig, state, inputs: base.StepInputs):
+    """Advance the returns, move the percentiles towards theirs, divide by the new scale."""
+
+    def learn_returns(percentiles, ret, mask):
+        low, high = config.low, config.high
+        return moved_percentiles(percentiles, ret, mask, config.rate, low, high, config.axis_name)
+
+    reward, ret, percentiles = norm_lib.return_step(
+        state.ret,
+        state.percentiles,
+        inputs,
+        gamma=config.gamma,
+        semantics=config.semantics,
+        dtype=config.dtype,
+        learn_returns=learn_returns,
+    )
+    new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
+    return apply(config, new_state, reward, None), new_state
 
 
 def percentile_scale_reward(
@@ -262,62 +351,5 @@ def percentile_scale_reward(
       Hafner et al., `Mastering Diverse Domains through World Models
       <https://arxiv.org/abs/2301.04104>`_, 2023.
     """
-    gamma = norm_lib.check_gamma(gamma)
-    semantics = sem_lib.resolve(semantics)
-    dtype = rs.check_dtype(dtype)
-    axis_name = rs.check_axis_name(axis_name)
-    rate = _check_update_options(rate, low, high, dtype)
-    limit = base.check_positive("limit", limit, dtype)
-
-    def init(batch_shape: base.ShapeLike = ()) -> PercentileScaleRewardState:
-        return PercentileScaleRewardState(
-            percentiles=init_percentiles(dtype),
-            ret=jnp.zeros(base.check_batch_shape(batch_shape), dtype),
-        )
-
-    def checked_batch_shape(state) -> base.Shape:
-        batch_shape = base.shape_of(getattr(state, "ret", None))
-        base.check_state(state, init, batch_shape, config, {"": "dtype"})
-        return batch_shape
-
-    def scale(state: PercentileScaleRewardState, reward: jax.Array) -> jax.Array:
-        return reward / percentile_scale(state.percentiles, limit)
-
-    def normalize(state: PercentileScaleRewardState, reward) -> jax.Array:
-        base.check_step_inputs(checked_batch_shape(state), reward)
-        return scale(state, jnp.asarray(reward, dtype))
-
-    def learn_returns(percentiles, ret, valid):
-        return update_percentiles(
-            percentiles, ret, valid, rate=rate, low=low, high=high, axis_name=axis_name
-        )
-
-    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
-        checked_batch_shape(state)
-        reward, ret, percentiles = norm_lib.checked_return_step(
-            state.ret,
-            state.percentiles,
-            reward,
-            terminated,
-            truncated,
-            update_stats,
-            active,
-            gamma=gamma,
-            semantics=semantics,
-            dtype=dtype,
-            learn_returns=learn_returns,
-        )
-        new_state = PercentileScaleRewardState(percentiles=percentiles, ret=ret)
-        return scale(new_state, reward), new_state
-
-    config = base.make_config(
-        "percentile_scale_reward",
-        gamma=gamma,
-        rate=rate,
-        low=float(low),
-        high=float(high),
-        limit=limit,
-        **norm_lib.semantics_config(semantics),
-        dtype=dtype.name,
-    )
-    return base.transform_from_step(init, normalize, step, config)
+    config = PercentileScaleRewardConfig(gamma, rate, low, high, limit, semantics, dtype, axis_name)
+    return builder.make_transform(config, init, apply, step)

@@ -25,15 +25,17 @@ transform's do. With ``step_size`` :math:`\alpha` every target weighs
 ``step_size=None`` every target seen weighs the same, counted exactly.
 """
 
+import dataclasses
+import functools
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rewardnorm_jax._src import base
-from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src import base, checks
+from rewardnorm_jax._src.stats import running as rs
 
 
 class PopArtState(struct.PyTreeNode):
@@ -65,14 +67,6 @@ class PopArtState(struct.PyTreeNode):
 
 
 Layer = TypeVar("Layer")  # a Dense layer's parameters: a mapping with kernel and bias
-
-# Which hyperparameters shape which part of the state, for mismatch messages.
-STATE_HINTS = {
-    "": "num_tasks,dtype",
-    "stats/step_size": "step_size",
-    "scale_lb": "scale_lb",
-    "scale_ub": "scale_ub",
-}
 
 
 class PopArtUpdateFn(Protocol):
@@ -136,8 +130,8 @@ class PopArt(NamedTuple):
         update_stats=True) -> (layer, state)``: ``update``, then
         :func:`preserve_outputs` of the value head's last layer (rlax's
         ``popart_update``).
-      config: the name and hyperparameters as a flat mapping, the metadata
-        for :func:`~rewardnorm_jax.save_state` / :func:`~rewardnorm_jax.load_state`.
+      config: the :class:`PopArtConfig`, the metadata for
+        :func:`~rewardnorm_jax.save_state` / :func:`~rewardnorm_jax.load_state`.
     """
 
     init: Callable[[], PopArtState]
@@ -145,18 +139,107 @@ class PopArt(NamedTuple):
     normalize: PopArtMapFn
     unnormalize: PopArtMapFn
     step: PopArtStepFn
-    config: base.Config = base.NO_CONFIG
+    config: "PopArtConfig"
 
 
-def _check_bounds(scale_lb, scale_ub, dtype) -> tuple[float, float]:
-    # A bound of 0 divides by zero on constant targets; ub < lb is an empty range.
-    scale_lb = base.check_positive("scale_lb", scale_lb, dtype)
-    scale_ub = base.check_positive("scale_ub", scale_ub, dtype, allow_inf=True)
-    if scale_ub < scale_lb:
-        raise ValueError(
-            f"scale_ub should be >= scale_lb, got scale_lb={scale_lb!r}, scale_ub={scale_ub!r}."
-        )
-    return scale_lb, scale_ub
+@dataclasses.dataclass(frozen=True)
+class PopArtConfig(base.Config):
+    """The options of :func:`popart`, checked when it is built."""
+
+    name: ClassVar[str] = "popart"
+    step_size: float | None = None
+    scale_lb: float = 1e-5
+    scale_ub: float = 1e5
+    num_tasks: int | None = None
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+    dtype: Any = None
+
+    def __post_init__(self):
+        dtype = rs.check_dtype(self.dtype)
+        # A bound of 0 divides by zero on constant targets; ub < lb is an empty range.
+        scale_lb = checks.check_positive("scale_lb", self.scale_lb, dtype)
+        scale_ub = checks.check_positive("scale_ub", self.scale_ub, dtype, allow_inf=True)
+        if scale_ub < scale_lb:
+            raise ValueError(
+                f"scale_ub should be >= scale_lb, got scale_lb={scale_lb!r}, scale_ub={scale_ub!r}."
+            )
+        options = {
+            "step_size": rs.check_step_size(self.step_size, dtype),
+            "scale_lb": scale_lb,
+            "scale_ub": scale_ub,
+            "num_tasks": checks.check_num_tasks(self.num_tasks),
+            "axis_name": rs.check_axis_name(self.axis_name),
+            "dtype": dtype,
+        }
+        for field, value in options.items():
+            object.__setattr__(self, field, value)
+
+
+def init(config: PopArtConfig) -> PopArtState:
+    """The statistics of the prior: shift 0, scale 1."""
+    shape = () if config.num_tasks is None else (config.num_tasks,)
+    return PopArtState(
+        stats=rs.init_stats(shape, config.dtype, step_size=config.step_size),
+        scale_lb=config.scale_lb,
+        scale_ub=config.scale_ub,
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_layout(config: PopArtConfig) -> dict[str, str]:
+    return checks.layout(jax.eval_shape(lambda: init(config)))
+
+
+def checked(config: PopArtConfig, state, name: str, values, task, *, broadcast=False):
+    """``(values, task)`` checked against the state and the configuration, as arrays."""
+    checks.check_state(state, _expected_layout(config), (), config)
+    values = jnp.asarray(checks.check_reward(name, values), config.dtype)
+    if config.num_tasks is None:
+        if task is not None:
+            raise ValueError(
+                "task is given but this popart has one set of statistics "
+                "(num_tasks=None): build it with popart(num_tasks=K)."
+            )
+        return values, None
+    if task is None:
+        raise ValueError(f"popart(num_tasks={config.num_tasks}) needs each target's task.")
+    shape = jnp.shape(values)
+    return values, checks.check_task(task, shape, config.num_tasks, "target", broadcast=broadcast)
+
+
+def update(config: PopArtConfig, state, targets, task=None, *, mask=None, update_stats=True):
+    """The statistics with the finite, masked-in targets learnt (ART)."""
+    targets, task = checked(config, state, "targets", targets, task)
+    mask = checked_mask(mask, targets.shape, update_stats) & jnp.isfinite(targets)
+    if task is None:
+        batch, mask = targets.reshape(-1), mask.reshape(-1)
+        stats = rs.merge_checked(state.stats, batch, mask, axis_name=config.axis_name)
+    else:
+        stats = rs.merge_keyed(state.stats, targets, mask, task, axis_name=config.axis_name)
+    return state.replace(stats=jax.lax.stop_gradient(stats))
+
+
+def _per_target(values, task):
+    """Each target's task's values (NaN for a bad id), without a gradient to the state."""
+    return rs.per_key(jax.lax.stop_gradient(values), task)
+
+
+def normalize(config: PopArtConfig, state, values, task=None) -> jax.Array:
+    r""":math:`(y - \mu) / \sigma`, each value by its task's statistics."""
+    values, task = checked(config, state, "values", values, task, broadcast=True)
+    return (values - _per_target(state.shift, task)) / _per_target(state.scale, task)
+
+
+def unnormalize(config: PopArtConfig, state, values, task=None) -> jax.Array:
+    r""":math:`\sigma v + \mu`, each value by its task's statistics."""
+    values, task = checked(config, state, "values", values, task, broadcast=True)
+    return values * _per_target(state.scale, task) + _per_target(state.shift, task)
+
+
+def step(config: PopArtConfig, layer, state, targets, task=None, *, mask=None, update_stats=True):
+    """``update``, then :func:`preserve_outputs` of the value head's last layer."""
+    new_state = update(config, state, targets, task, mask=mask, update_stats=update_stats)
+    return preserve_outputs(layer, state, new_state), new_state
 
 
 def popart(
@@ -251,89 +334,18 @@ def popart(
       `Multi-task Deep Reinforcement Learning with PopArt
       <https://arxiv.org/abs/1809.04474>`_, 2019; rlax ``rlax/_src/pop_art.py``.
     """
-    dtype = rs.check_dtype(dtype)
-    step_size = rs.check_step_size(step_size, dtype)
-    scale_lb, scale_ub = _check_bounds(scale_lb, scale_ub, dtype)
-    num_tasks = base.check_num_tasks(num_tasks)
-    axis_name = rs.check_axis_name(axis_name)
-    stats_shape = () if num_tasks is None else (num_tasks,)
-
-    def init() -> PopArtState:
-        return PopArtState(
-            stats=rs.init_stats(stats_shape, dtype, step_size=step_size),
-            scale_lb=scale_lb,
-            scale_ub=scale_ub,
-        )
-
-    def layout_of_init(batch_shape: base.ShapeLike = ()) -> PopArtState:
-        return init()  # one state, whatever the targets' shape
-
-    def check_state(state) -> None:
-        base.check_state(state, layout_of_init, (), config, STATE_HINTS)
-
-    def checked_task(targets, task, *, broadcast=False):
-        if num_tasks is None:
-            if task is not None:
-                raise ValueError(
-                    "task is given but this popart has one set of statistics "
-                    "(num_tasks=None): build it with popart(num_tasks=K)."
-                )
-            return None
-        if task is None:
-            raise ValueError(f"popart(num_tasks={num_tasks}) needs each target's task.")
-        return base.check_task(task, jnp.shape(targets), num_tasks, "target", broadcast=broadcast)
-
-    def checked_targets(name, targets):
-        return jnp.asarray(base.check_reward(name, targets), dtype)
-
-    def update(state, targets, task=None, *, mask=None, update_stats=True) -> PopArtState:
-        check_state(state)
-        targets = checked_targets("targets", targets)
-        task = checked_task(targets, task)
-        mask = checked_mask(mask, targets.shape, update_stats) & jnp.isfinite(targets)
-        if task is None:
-            batch, mask = targets.reshape(-1), mask.reshape(-1)
-            stats = rs.merge_checked(state.stats, batch, mask, axis_name=axis_name)
-        else:
-            stats = rs.merge_keyed(state.stats, targets, mask, task, axis_name=axis_name)
-        return state.replace(stats=jax.lax.stop_gradient(stats))
-
-    def per_target(values, task):
-        """Each target's task's values (NaN for a bad id), without a gradient to the state."""
-        return rs.per_key(jax.lax.stop_gradient(values), task)
-
-    def normalize(state, values, task=None) -> jax.Array:
-        check_state(state)
-        values = checked_targets("values", values)
-        task = checked_task(values, task, broadcast=True)
-        return (values - per_target(state.shift, task)) / per_target(state.scale, task)
-
-    def unnormalize(state, values, task=None) -> jax.Array:
-        check_state(state)
-        values = checked_targets("values", values)
-        task = checked_task(values, task, broadcast=True)
-        return values * per_target(state.scale, task) + per_target(state.shift, task)
-
-    def step(layer, state, targets, task=None, *, mask=None, update_stats=True):
-        new_state = update(state, targets, task, mask=mask, update_stats=update_stats)
-        return preserve_outputs(layer, state, new_state), new_state
-
-    config = base.make_config(
-        "popart",
-        step_size=step_size,
-        scale_lb=scale_lb,
-        scale_ub=scale_ub,
-        num_tasks=num_tasks,
-        dtype=dtype.name,
+    config = PopArtConfig(step_size, scale_lb, scale_ub, num_tasks, axis_name, dtype)
+    return PopArt(
+        *(functools.partial(fn, config) for fn in (init, update, normalize, unnormalize, step)),
+        config,
     )
-    return PopArt(init, update, normalize, unnormalize, step, config)
 
 
 def checked_mask(mask, shape, update_stats):
     """The mask of targets to learn, ``update_stats`` folded in."""
-    base.check_update_stats(update_stats)
+    checks.check_update_stats(update_stats)
     if mask is not None:
-        mask = jnp.asarray(base.check_flag("mask", mask), bool)
+        mask = jnp.asarray(checks.check_flag("mask", mask), bool)
         if mask.shape != shape:
             raise ValueError(f"mask has shape {mask.shape}; expected {shape}, the targets' shape.")
     selected = jnp.asarray(update_stats, bool)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from rewardnorm_jax._src import adapter, base
 
 
-def normalize_sampled(
+def apply_sampled(
     transform: base.RewardTransform,
     state: base.PyTree,
     reward: jax.typing.ArrayLike,
@@ -22,9 +22,9 @@ def normalize_sampled(
 ) -> jax.Array:
     r"""Transforms rewards of any shape (a replay sample) with the statistics in ``state``.
 
-    ``transform.normalize`` expects rewards of the shape the state was
+    ``transform.apply`` expects rewards of the shape the state was
     initialised with (the collecting batch); a replay sample has another shape.
-    This is ``transform.normalize`` on a state of the sample's shape holding the
+    This is ``transform.apply`` on a state of the sample's shape holding the
     statistics of ``state`` (its tracked returns play no part in normalizing).
     For :func:`~rewardnorm_jax.normalize_reward`:
 
@@ -41,7 +41,7 @@ def normalize_sampled(
         ``rn.normalize_reward(0.99, g_max=10.0)``.
       state: its state (e.g. ``get_transform_state`` of an adapter's
         environment state), with statistics shared by the environments
-        (``shared=True``, the default), one set or one per task.
+        (the default statistics), one set or one per task.
       reward: raw rewards of any shape, e.g. ``(batch,)`` sampled transitions.
       task: for a keyed transform (``num_tasks=K``), each sampled reward's
         own task id, stored with the transition (the reward's shape, or a
@@ -65,15 +65,15 @@ def normalize_sampled(
       >>> for _ in range(3):
       ...     _, state = norm.step(state, jnp.ones(4))
       >>> sampled = jnp.array([1.0, 0.5, 1.0, 0.0, 2.0, 1.0])  # six replayed rewards
-      >>> [round(float(r), 3) for r in rn.normalize_sampled(norm, state, sampled)]
+      >>> [round(float(r), 3) for r in rn.apply_sampled(norm, state, sampled)]
       [1.243, 0.622, 1.243, 0.0, 2.487, 1.243]
 
     With per-task statistics, each sample carries its task:
 
-      >>> keyed = rn.normalize_reward(0.99, num_tasks=2)
+      >>> keyed = rn.normalize_reward(0.99, statistics=rn.Statistics(num_tasks=2))
       >>> state = keyed.init(2)
       >>> _, state = keyed.step(state, jnp.array([1.0, 100.0]), task=jnp.array([0, 1]))
-      >>> out = rn.normalize_sampled(keyed, state, jnp.array([100.0, 1.0]), jnp.array([1, 0]))
+      >>> out = rn.apply_sampled(keyed, state, jnp.array([100.0, 1.0]), jnp.array([1, 0]))
       >>> [round(float(r), 1) for r in out]   # 100 / sqrt(1.0001), 1 / sqrt(2e-4): each its task's
       [100.0, 70.7]
 
@@ -90,10 +90,10 @@ def normalize_sampled(
         sample_state = adapter.keep_stats(fresh, state)
     except ValueError as error:
         raise ValueError(
-            f"normalize_sampled: state does not fit rewards of shape {shape}: {error} "
+            f"apply_sampled: state does not fit rewards of shape {shape}: {error} "
             "A sampled batch is normalized with statistics shared by the environments "
-            "(one set, or one per task: a transform built with shared=True, the default) "
-            "learned by this transform; statistics kept per environment (shared=False) "
-            "have none for a sampled reward."
+            "(one set, or one per task: the default statistics, or rn.Statistics(num_tasks=K)) "
+            "learned by this transform; statistics kept per environment "
+            "(rn.Statistics(per_env=True)) have none for a sampled reward."
         ) from None
-    return transform.normalize(sample_state, reward, task=task)
+    return transform.apply(sample_state, reward, task=task)

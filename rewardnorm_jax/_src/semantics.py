@@ -12,7 +12,7 @@ from typing import TypeVar
 import jax
 import numpy as np
 
-from rewardnorm_jax._src.base import check_bool, is_real
+from rewardnorm_jax._src.checks import check_bool, is_real
 
 _RESETS = ("never", "terminated", "done")
 _Flag = TypeVar("_Flag", bool, np.ndarray, jax.Array)
@@ -29,7 +29,9 @@ class Semantics:
         terminated or truncated (PureJaxRL), or ``"never"`` (SB3).
       reset_after: flag that zeroes the return *after* the statistics are
         updated: ``"done"`` (SB3, Gymnasium vector SAME_STEP) or ``"never"``.
-      clip: default symmetric clip of the normalized reward (SB3: 10), or None.
+      clip: symmetric bound of the normalized reward (SB3: 10), or None. For
+        another bound, pass ``dataclasses.replace(semantics, clip=...)`` or
+        chain a :func:`~rewardnorm_jax.clip_reward`.
       freeze_stops_return: whether freezing the statistics also stops the
         return from accumulating (SB3's ``training=False``) or not (Gymnasium's
         ``update_running_mean=False``).
@@ -51,10 +53,25 @@ class Semantics:
         # A clip <= 0 (or NaN) would zero or flip every normalized reward.
         if self.clip is not None and not (is_real(self.clip) and self.clip > 0):
             raise ValueError(f"clip should be a positive number or None, got clip={self.clip!r}.")
+        if self.clip is not None:  # a concrete array would make the semantics unhashable
+            object.__setattr__(self, "clip", float(self.clip))
         # Both reset switches must name a known reset.
         for field in ("reset_before", "reset_after"):
             if getattr(self, field) not in _RESETS:
                 raise ValueError(f"{field}={getattr(self, field)!r} must be one of {_RESETS}.")
+
+    @classmethod
+    def preset(cls, name: str) -> "Semantics":
+        """The preset of that name.
+
+        ``"gymnasium"``, ``"gymnasium_same_step"``, ``"sb3"``, ``"purejaxrl"`` or
+        ``"non_episodic"``. A preset with another clip is
+        ``dataclasses.replace(Semantics.preset("sb3"), clip=5.0)``.
+
+        Raises:
+          ValueError: for an unknown name.
+        """
+        return resolve(name)
 
     def flag(self, which: str, terminated: _Flag, truncated: _Flag) -> _Flag:
         """The boolean a reset switch (``reset_before``/``reset_after``) names.
@@ -78,8 +95,10 @@ SB3 = Semantics(
     "sb3", reset_before="never", reset_after="done", clip=10.0, freeze_stops_return=True
 )
 PUREJAXRL = Semantics("purejaxrl", reset_before="done", reset_after="never")
+NON_EPISODIC = Semantics("non_episodic", reset_before="never", reset_after="never")
+"""A return that never resets at episode ends (intrinsic rewards, as RND's)."""
 
-PRESETS = {s.name: s for s in (GYMNASIUM, GYMNASIUM_SAME_STEP, SB3, PUREJAXRL)}
+PRESETS = {s.name: s for s in (GYMNASIUM, GYMNASIUM_SAME_STEP, SB3, PUREJAXRL, NON_EPISODIC)}
 
 
 def resolve(semantics: object) -> Semantics:

@@ -5,13 +5,54 @@ Each factory returns a :class:`~rewardnorm_jax.RewardTransform` whose state is
 normalizers through :func:`chain`.
 """
 
+import dataclasses
 import math
 from collections.abc import Callable
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from rewardnorm_jax._src import base
+from rewardnorm_jax._src import base, builder, checks
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipRewardConfig(base.Config):
+    """The bounds of :func:`clip_reward`: numbers, ``low <= high``."""
+
+    name: ClassVar[str] = "clip_reward"
+    low: float = -1.0
+    high: float = 1.0
+
+    def __post_init__(self):
+        low, high = self.low, self.high
+        if not (checks.is_real(low) and checks.is_real(high)):
+            raise ValueError(f"low and high should be numbers, got low={low!r}, high={high!r}.")
+        if math.isnan(low) or math.isnan(high) or low > high:
+            raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
+        object.__setattr__(self, "low", float(low))
+        object.__setattr__(self, "high", float(high))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleRewardConfig(base.Config):
+    """The factor of :func:`scale_reward`: a finite number."""
+
+    name: ClassVar[str] = "scale_reward"
+    scale: float = 1.0
+
+    def __post_init__(self):
+        if not (checks.is_real(self.scale) and math.isfinite(self.scale)):
+            raise ValueError(f"scale should be a finite number, got scale={self.scale!r}.")
+        object.__setattr__(self, "scale", float(self.scale))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformRewardConfig(base.Config):
+    """The function of :func:`transform_reward`, by its qualified name."""
+
+    name: ClassVar[str] = "transform_reward"
+    fn: str = ""
 
 
 def clip_reward(low: base.Real = -1.0, high: base.Real = 1.0) -> base.RewardTransform:
@@ -19,21 +60,14 @@ def clip_reward(low: base.Real = -1.0, high: base.Real = 1.0) -> base.RewardTran
 
     Example:
       >>> clip = clip_reward(-1.0, 1.0)
-      >>> clip.normalize(clip.init(), jnp.array([-3.0, 0.5, 2.0])).tolist()
+      >>> clip.apply(clip.init(), jnp.array([-3.0, 0.5, 2.0])).tolist()
       [-1.0, 0.5, 1.0]
 
     Raises:
       ValueError: if ``low > high`` or either bound is NaN.
     """
-    if not (base.is_real(low) and base.is_real(high)):
-        raise ValueError(f"low and high should be numbers, got low={low!r}, high={high!r}.")
-    if math.isnan(low) or math.isnan(high) or low > high:
-        raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
-    low, high = float(low), float(high)
-    return base.stateless(
-        lambda reward: jnp.clip(reward, low, high),
-        base.make_config("clip_reward", low=low, high=high),
-    )
+    config = ClipRewardConfig(low, high)
+    return builder.stateless(lambda reward: jnp.clip(reward, config.low, config.high), config)
 
 
 def scale_reward(scale: base.Real) -> base.RewardTransform:
@@ -41,21 +75,19 @@ def scale_reward(scale: base.Real) -> base.RewardTransform:
 
     Example:
       >>> half = scale_reward(0.5)
-      >>> float(half.normalize(half.init(), 3.0))
+      >>> float(half.apply(half.init(), 3.0))
       1.5
 
     Raises:
       ValueError: if ``scale`` is not a finite number.
     """
-    if not (base.is_real(scale) and math.isfinite(scale)):
-        raise ValueError(f"scale should be a finite number, got scale={scale!r}.")
-    scale = float(scale)
+    config = ScaleRewardConfig(scale)
 
     def fn(reward: jax.Array) -> jax.Array:
-        base.check_fits("scale", scale, jnp.result_type(reward.dtype, float))
-        return reward * scale
+        checks.check_fits("scale", config.scale, jnp.result_type(reward.dtype, float))
+        return reward * config.scale
 
-    return base.stateless(fn, base.make_config("scale_reward", scale=scale))
+    return builder.stateless(fn, config)
 
 
 def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransform:
@@ -63,7 +95,7 @@ def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransfo
 
     Example:
       >>> square = transform_reward(jnp.square)
-      >>> float(square.normalize(square.init(), 3.0))
+      >>> float(square.apply(square.init(), 3.0))
       9.0
 
     Raises:
@@ -71,8 +103,7 @@ def transform_reward(fn: Callable[[jax.Array], jax.Array]) -> base.RewardTransfo
     """
     if not callable(fn):
         raise ValueError(f"fn should be callable, got {fn!r} of type {type(fn).__name__}.")
-    name = getattr(fn, "__qualname__", type(fn).__qualname__)
-    return base.stateless(fn, base.make_config("transform_reward", fn=name))
+    return builder.stateless(fn, TransformRewardConfig(getattr(fn, "__qualname__", repr(fn))))
 
 
 def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
@@ -112,82 +143,98 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
             "must share one num_tasks."
         )
 
-    def init(batch_shape: base.ShapeLike = ()) -> tuple:
-        batch_shape = base.check_batch_shape(batch_shape)
-        return tuple(t.init(batch_shape) for t in transforms)
-
-    def _check(state):
-        if not (isinstance(state, tuple) and len(state) == len(transforms)):
-            raise ValueError(
-                f"chain of {len(transforms)} transforms got a state that is not a "
-                f"tuple of {len(transforms)} sub-states; create it with chain(...).init()."
-            )
-
-    def _member(position, call, *args, **kwargs):
-        """``call(*args, **kwargs)``, its ValueError or TypeError prefixed with the position."""
-        try:
-            return call(*args, **kwargs)
-        except ValueError as error:
-            raise ValueError(f"chain member {position}: {error}") from error
-        except TypeError as error:
-            raise TypeError(f"chain member {position}: {error}") from error
-
-    def normalize(state, reward, *, task=None):
-        _check(state)
-        base.check_reward("reward", reward)
-        for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
-            reward = _member(
-                position,
-                transform.normalize,
-                sub_state,
-                reward,
-                **base.task_keyword(transform, task),
-            )
-        return reward
-
-    def step(
-        state,
-        reward,
-        terminated=False,
-        truncated=False,
-        update_stats=True,
-        *,
-        active=None,
-        task=None,
-    ):
-        _check(state)
-        base.check_step_kinds(  # before any member: the inputs, not a member, are at fault
-            reward,
-            terminated=terminated,
-            truncated=truncated,
-            update_stats=update_stats,
-            active=active,
-        )
-        new_state = []
-        for position, (transform, sub_state) in enumerate(zip(transforms, state, strict=True)):
-            reward, sub_state = _member(
-                position,
-                transform.step,
-                sub_state,
-                reward,
-                terminated,
-                truncated,
-                update_stats,
-                active=active,
-                **base.task_keyword(transform, task),
-            )
-            new_state.append(sub_state)
-        return reward, tuple(new_state)
-
-    members = {
-        f"{i}/{key}": value for i, t in enumerate(transforms) for key, value in t.config.items()
-    }
-    config = base.make_config("chain", length=len(transforms), **members)
-    return base.transform_from_step(
-        init,
-        normalize,
-        step,
+    config = ChainConfig(transforms)
+    return builder.make_transform(
         config,
+        chain_init,
+        chain_apply,
+        chain_step,
         num_tasks=counts[0] if counts else None,
         components=max((t.components for t in transforms), default=0),
+        per_env=all(t.per_env for t in transforms),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainConfig(base.Config):
+    """A chain's members, in order."""
+
+    name: ClassVar[str] = "chain"
+    members: tuple[base.RewardTransform, ...] = ()
+
+    def __str__(self) -> str:
+        return f"chain({', '.join(str(member.config) for member in self.members)})"
+
+    def metadata(self) -> dict:
+        """``{"transform": "chain", "length": n}`` and each member's, prefixed ``"i/"``."""
+        found: dict = {"transform": self.name, "length": len(self.members)}
+        for position, member in enumerate(self.members):
+            found.update({f"{position}/{k}": v for k, v in member.config.metadata().items()})
+        return found
+
+
+def chain_init(config: ChainConfig, batch_shape: base.Shape) -> tuple:
+    """The tuple of the members' initial states."""
+    return tuple(member.init(batch_shape) for member in config.members)
+
+
+def _member(position: int, call: Callable, *args):
+    """``call(*args)``, its ValueError or TypeError prefixed with the member's position."""
+    try:
+        return call(*args)
+    except ValueError as error:
+        raise ValueError(f"chain member {position}: {error}") from error
+    except TypeError as error:
+        raise TypeError(f"chain member {position}: {error}") from error
+
+
+def _unchecked(member: base.RewardTransform) -> base.Unchecked:
+    """A member's functions on checked inputs; for a transform written by hand, its own."""
+    if member.unchecked is not None:
+        return member.unchecked
+
+    def apply(state, reward, task):
+        return member.apply(state, reward, **task_keyword(member, task))
+
+    def step(state, inputs: base.StepInputs):
+        reward, terminated, truncated, update_stats, active, task = inputs
+        return member.step(
+            state,
+            reward,
+            terminated,
+            truncated,
+            update_stats,
+            active=active,
+            **task_keyword(member, task),
+        )
+
+    return base.Unchecked(apply, step)
+
+
+def chain_apply(config: ChainConfig, state: tuple, reward, task):
+    """Each member's ``apply`` in turn, on the reward the one before it gave."""
+    for position, (member, sub_state) in enumerate(zip(config.members, state, strict=True)):
+        member_task = task if member.num_tasks is not None else None
+        reward = _member(position, _unchecked(member).apply, sub_state, reward, member_task)
+    return reward
+
+
+def chain_step(config: ChainConfig, state: tuple, inputs: base.StepInputs):
+    """Each member's ``step`` in turn, on the reward the one before it gave."""
+    new_state = []
+    for position, (member, sub_state) in enumerate(zip(config.members, state, strict=True)):
+        member_task = inputs.task if member.num_tasks is not None else None
+        member_inputs = inputs._replace(task=member_task)
+        reward, sub_state = _member(position, _unchecked(member).step, sub_state, member_inputs)
+        inputs = inputs._replace(reward=reward)
+        new_state.append(sub_state)
+    return inputs.reward, tuple(new_state)
+
+
+def task_keyword(transform: base.RewardTransform, task) -> dict:
+    """``{"task": task}`` for a keyed transform, ``{}`` for any other: the keyword to call it with.
+
+    Transforms written without ``task`` may not take the keyword, so an
+    unkeyed transform is called without it.
+    """
+    return {} if transform.num_tasks is None else {"task": task}

@@ -17,12 +17,14 @@ The ``*_reward`` factories wrap the forward functions as stateless
 :class:`~rewardnorm_jax.RewardTransform` objects for :func:`~rewardnorm_jax.chain`.
 """
 
+import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
-from rewardnorm_jax._src import base
+from rewardnorm_jax._src import base, builder, checks
 
 
 def _as_float(x: jax.typing.ArrayLike, name: str = "x") -> jax.Array:
@@ -31,7 +33,7 @@ def _as_float(x: jax.typing.ArrayLike, name: str = "x") -> jax.Array:
     Raises:
       TypeError: for complex values (no sign to keep) or anything but real numbers.
     """
-    x = jnp.asarray(base.check_reward(name, x))
+    x = jnp.asarray(checks.check_reward(name, x))
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return x
     return x.astype(jnp.result_type(float))
@@ -67,7 +69,7 @@ def symexp(x: jax.typing.ArrayLike) -> jax.Array:
 
 def _check_eps(eps) -> float:
     # A negative eps makes h non-monotonic (no inverse); NaN or inf poisons every output.
-    if not (base.is_real(eps) and math.isfinite(eps) and eps >= 0):
+    if not (checks.is_real(eps) and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps should be a finite number >= 0, got eps={eps!r}.")
     return float(eps)
 
@@ -106,7 +108,7 @@ def signed_hyperbolic(x: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Arr
     """
     eps = _check_eps(eps)
     x = _as_float(x)
-    base.check_fits("eps", eps, x.dtype, may_vanish=True)
+    checks.check_fits("eps", eps, x.dtype, may_vanish=True)
     return x / (jnp.sqrt(jnp.abs(x) + 1.0) + 1.0) + eps * x
 
 
@@ -136,7 +138,7 @@ def signed_parabolic(y: jax.typing.ArrayLike, eps: base.Real = 1e-3) -> jax.Arra
     """
     eps = _check_eps(eps)
     y = _as_float(y, "y")
-    base.check_fits("eps", eps, y.dtype, may_vanish=True)
+    checks.check_fits("eps", eps, y.dtype, may_vanish=True)
     h = jnp.abs(y)
     b = 1.0 + 2.0 * eps
     u = 2.0 * h / (b + jnp.sqrt(b * b + 4.0 * eps * h))
@@ -148,10 +150,10 @@ def symlog_reward() -> base.RewardTransform:
 
     Example:
       >>> t = symlog_reward()
-      >>> round(float(t.normalize(t.init(), -99.0)), 4)
+      >>> round(float(t.apply(t.init(), -99.0)), 4)
       -4.6052
     """
-    return base.stateless(symlog, base.make_config("symlog_reward"))
+    return builder.stateless(symlog, SymlogRewardConfig())
 
 
 def signed_hyperbolic_reward(eps: base.Real = 1e-3) -> base.RewardTransform:
@@ -162,11 +164,26 @@ def signed_hyperbolic_reward(eps: base.Real = 1e-3) -> base.RewardTransform:
 
     Example:
       >>> t = signed_hyperbolic_reward()
-      >>> round(float(t.normalize(t.init(), 8.0)), 6)   # sqrt(9) - 1 + 0.008
+      >>> round(float(t.apply(t.init(), 8.0)), 6)   # sqrt(9) - 1 + 0.008
       2.008
     """
-    eps = _check_eps(eps)
-    return base.stateless(
-        lambda reward: signed_hyperbolic(reward, eps),
-        base.make_config("signed_hyperbolic_reward", eps=eps),
-    )
+    config = SignedHyperbolicRewardConfig(eps)
+    return builder.stateless(lambda reward: signed_hyperbolic(reward, config.eps), config)
+
+
+@dataclasses.dataclass(frozen=True)
+class SymlogRewardConfig(base.Config):
+    """:func:`symlog_reward` takes no option."""
+
+    name: ClassVar[str] = "symlog_reward"
+
+
+@dataclasses.dataclass(frozen=True)
+class SignedHyperbolicRewardConfig(base.Config):
+    """The ``eps`` of :func:`signed_hyperbolic_reward`: finite, >= 0."""
+
+    name: ClassVar[str] = "signed_hyperbolic_reward"
+    eps: float = 1e-3
+
+    def __post_init__(self):
+        object.__setattr__(self, "eps", _check_eps(self.eps))

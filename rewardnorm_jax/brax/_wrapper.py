@@ -8,7 +8,7 @@ from brax.envs import training
 from brax.envs.base import Env, State, Wrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import adapter
+from rewardnorm_jax._src import adapter, normalize_wrapper
 from rewardnorm_jax._src.adapter import RAW_REWARD, TRANSFORM_STATE, UPDATE_STATS
 
 TRUNCATION = "truncation"  # state.info key set by Brax's and Playground's EpisodeWrapper
@@ -103,19 +103,20 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
 
     def _check_truncations_not_needed(self) -> None:
         """Refuses a transform that resets its return at truncations this wrapper cannot see."""
-        config = self.transform.config
-        resets = [k for k, v in config.items() if k.endswith(("reset_before", "reset_after"))]
-        if any(config[key] == "done" for key in resets):
+        found = adapter.config_values(self.transform.config)
+        semantics = [value for value in found if isinstance(value, rn.Semantics)]
+        at_truncations = [s for s in semantics if "done" in (s.reset_before, s.reset_after)]
+        if at_truncations:
             raise ValueError(
                 f"{type(self).__name__} sees no info['truncation'] (it sits inside Brax's "
                 "EpisodeWrapper, which sets it), but its transform resets the return at "
-                f"truncations ({', '.join(f'{k}={config[k]!r}' for k in resets)}): place it "
+                f"truncations ({', '.join(map(repr, at_truncations))}): place it "
                 "outermost (wrap_env_fn, or around envs.training.wrap(env)), or use "
                 'semantics="gymnasium", which resets at terminations only.'
             )
 
 
-class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``state.reward`` by the running standard deviation of the discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

@@ -3,7 +3,7 @@ r"""Gymnasium adapter: drop-in reward wrappers over the library's one copy of th
 ``NormalizeReward``, ``TransformReward`` and ``ClipReward`` are :class:`gymnasium.Wrapper`
 subclasses with the signatures, defaults, attributes and results of Gymnasium's wrappers of the
 same names; :mod:`rewardnorm_jax.gymnasium.vector` holds the vector versions. The recurrence and
-the statistics merge are the JAX core's code (:mod:`rewardnorm_jax._src.formulas`), run on the
+the statistics merge are the JAX core's code (:mod:`rewardnorm_jax._src.stats.formulas`), run on the
 host in float64 as Gymnasium computes: no JAX call per step, no x64 mode. Only this subpackage
 imports Gymnasium.
 """
@@ -19,8 +19,9 @@ from rewardnorm_jax._src.extras import requires
 with requires("gymnasium", __name__):
     import gymnasium as gym
 
-from rewardnorm_jax._src import base, formulas
+from rewardnorm_jax._src import base
 from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._common import (
     REAL_SCALARS,
     Normalizer,

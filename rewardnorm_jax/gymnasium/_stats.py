@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rewardnorm_jax._src import base, checkpoint, formulas
-from rewardnorm_jax._src import running_stats as rs
+from rewardnorm_jax._src import checks
+from rewardnorm_jax._src.stats import formulas
+from rewardnorm_jax._src.stats import running as rs
 
 PRIOR_COUNT = rs.PRIOR_COUNT
 _MAX_SAMPLES = 2**64 - 1  # the two uint32 count words of RunningStats
@@ -20,7 +21,7 @@ _STATE_KEYS = ("mean", "m2", "samples")
 
 def real(name: str, value) -> float:
     """``value`` as a Python float (NumPy scalars and 0-d arrays too), or a ValueError."""
-    if not base.is_real(value):
+    if not checks.is_real(value):
         raise ValueError(f"{name} should be a real number, got {name}={value!r}.")
     return float(value)
 
@@ -28,7 +29,9 @@ def real(name: str, value) -> float:
 def _count(name: str, value) -> int:
     """A sample count: an integer (or integral float) in [0, 2^64 - 1], or a ValueError."""
     integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    samples = int(value) if integral or (base.is_real(value) and float(value).is_integer()) else -1
+    samples = (
+        int(value) if integral or (checks.is_real(value) and float(value).is_integer()) else -1
+    )
     if not 0 <= samples <= _MAX_SAMPLES:  # NaN and inf are not integers either
         raise ValueError(f"{name} should be an integer in [0, 2**64 - 1], got {name}={value!r}.")
     return samples
@@ -144,7 +147,7 @@ class RunningMeanStd:
 
     def _set(self, mean: float, mean_low: float, m2: float, m2_low: float, samples: int) -> None:
         moments = (mean, mean_low, m2, m2_low)
-        checkpoint.check_stats_values(_host_stats(moments, samples), "return_rms")
+        _host_stats(moments, samples).check_values("return_rms")
         self._moments, self._samples = moments, samples
 
     def update(self, x) -> None:
@@ -239,7 +242,7 @@ class RunningMeanStd:
             parts[name], parts[name + "_low"] = jnp.asarray(rounded), jnp.asarray(low, dtype)
         high_word, low_word = divmod(self._samples, 2**32)
         stats = rs.RunningStats.from_parts(**parts, count_hi=high_word, count_lo=low_word)
-        checkpoint.check_stats_values(stats, f"return_rms in {dtype.name}")
+        stats.check_values(f"return_rms in {dtype.name}")
         return stats
 
     @classmethod

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import adapter
+from rewardnorm_jax._src import adapter, normalize_wrapper
 
 PyTree = Any
 
@@ -214,7 +214,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
         return (obs, state, reward, *result[3:])
 
 
-class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales rewards by the running standard deviation of the discounted return.
 
     The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's
@@ -269,7 +269,7 @@ class TransformReward(RewardTransformWrapper):
       >>> from rewardnorm_jax.gymnax import TransformReward
       >>> env, params = gymnax.make("CartPole-v1")
       >>> env = TransformReward(env, lambda r: 2.0 * r)
-      >>> float(env.transform.normalize(env.transform.init(), 1.0))   # each reward doubled
+      >>> float(env.transform.apply(env.transform.init(), 1.0))   # each reward doubled
       2.0
 
     Change logs:
@@ -292,7 +292,7 @@ class ClipReward(RewardTransformWrapper):
       >>> from rewardnorm_jax.gymnax import ClipReward
       >>> env, params = gymnax.make("Pendulum-v1")
       >>> env = ClipReward(env, -1.0, 0.0)
-      >>> env.transform.normalize(env.transform.init(), jnp.array([-16.2, -0.5])).tolist()
+      >>> env.transform.apply(env.transform.init(), jnp.array([-16.2, -0.5])).tolist()
       [-1.0, -0.5]
 
     Change logs:

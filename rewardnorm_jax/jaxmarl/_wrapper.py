@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxmarl.wrappers.baselines import JaxMARLWrapper
 
-from rewardnorm_jax._src import adapter
+from rewardnorm_jax._src import adapter, normalize_wrapper
 from rewardnorm_jax._src.adapter import RAW_REWARD, RewardWrapperState
 
 EPISODE_END = "__all__"  # the key of JaxMARL's dones that ends every agent's episode
@@ -129,7 +129,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, JaxMARLWrapper):
         return obs, state, rewards, dones, {**infos, RAW_REWARD: raw}
 
 
-class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales every agent's reward by the running standard deviation of its discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

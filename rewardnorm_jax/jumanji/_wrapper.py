@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from jumanji.types import TimeStep
 from jumanji.wrappers import Wrapper
 
-from rewardnorm_jax._src import adapter
+from rewardnorm_jax._src import adapter, normalize_wrapper
 from rewardnorm_jax._src.adapter import RAW_REWARD, RewardWrapperState
 
 
@@ -105,7 +105,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         return state.replace(env_state=env_state, transform_state=transform_state), timestep
 
 
-class NormalizeReward(adapter.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``timestep.reward`` by the running standard deviation of the discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

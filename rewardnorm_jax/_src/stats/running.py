@@ -3,7 +3,7 @@ r"""Running mean and variance as an immutable pytree, merged exactly.
 The statistics follow Gymnasium's and Stable-Baselines3's ``RunningMeanStd``:
 they start from a prior of weight ``PRIOR_COUNT = 1e-4`` with mean 0 and
 variance 1, and every batch joins them through the parallel algorithm of
-Chan et al. (:func:`rewardnorm_jax._src.formulas.add_batch_moments`), in
+Chan et al. (:func:`rewardnorm_jax._src.stats.formulas.add_batch_moments`), in
 :func:`merge_stats`, the statistics' one merge.
 
 Precision. Float32 is JAX's default, and a naive float32 accumulator fails in
@@ -45,14 +45,15 @@ weight; see :func:`merge_stats` for the formulas and the bias correction.
 """
 
 import math
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import base, formulas, summation
+from rewardnorm_jax._src import base, checks
+from rewardnorm_jax._src.stats import formulas, summation
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
@@ -133,7 +134,7 @@ class RunningStats(struct.PyTreeNode):
         return self.count_words[..., _LO]
 
     @property
-    def samples(self) -> jax.Array:
+    def sample_count(self) -> jax.Array:
         """Samples merged so far (prior excluded), as a float of the statistics dtype.
 
         Undiscounted, with or without ``decay``; :func:`count_as_int` gives
@@ -146,7 +147,7 @@ class RunningStats(struct.PyTreeNode):
     def total_weight(self) -> jax.Array:
         r"""The weight :math:`n` of the statistics, prior included: the variance's divisor.
 
-        ``samples + PRIOR_COUNT`` for cumulative statistics; the discounted
+        ``sample_count + PRIOR_COUNT`` for cumulative statistics; the discounted
         weight ``weight`` (:math:`W`) for exponential moving statistics;
         :math:`1 / \alpha` for fixed-step statistics.
         """
@@ -154,16 +155,7 @@ class RunningStats(struct.PyTreeNode):
             return self.moments[..., _WEIGHT]
         if self.step_size is not None:
             return jnp.full(self.mean.shape, 1.0 / self.step_size, self.mean.dtype)
-        return self.samples + PRIOR_COUNT
-
-    @property
-    def count(self) -> jax.Array:
-        """Alias of :attr:`total_weight`, the name Gymnasium's ``RunningMeanStd`` uses.
-
-        A count (``samples + 1e-4``) for cumulative statistics only: with
-        ``decay`` or ``step_size`` it is a weight, not a number of samples.
-        """
-        return self.total_weight
+        return self.sample_count + PRIOR_COUNT
 
     @property
     def var(self) -> jax.Array:
@@ -174,6 +166,48 @@ class RunningStats(struct.PyTreeNode):
     def std(self) -> jax.Array:
         """Population standard deviation, ``sqrt(var)``."""
         return jnp.sqrt(self.var)
+
+    def check_values(self, name: str = "stats") -> None:
+        r"""Raises a ValueError unless ``stats`` holds values a merge can produce.
+
+        The mean and the rounding-error terms are finite, :math:`M` is in
+        :math:`[0, +\infty]` (``+inf`` once saturated, never NaN) and so is
+        :math:`M` with its rounding error, ``m2 + m2_low`` (the variance's
+        numerator: a negative one makes the divisor NaN), and the weight of
+        exponential moving statistics is positive and finite. Any count is one
+        some number of updates reaches.
+
+        Example:
+          >>> stats = init_stats()
+          >>> stats.replace(moments=jnp.array([0.0, 0.0, -1.0, 0.0])).check_values("stats")
+          Traceback (most recent call last):
+          ...
+          ValueError: stats.m2 holds -1.0; expected M >= 0 (+inf when saturated).
+        """
+        rules: list[tuple[str, Callable[[np.ndarray], np.ndarray], str]] = [
+            ("mean", np.isfinite, "a finite mean"),
+            ("mean_low", np.isfinite, "a finite rounding error"),
+            ("m2", lambda m2: m2 >= 0, "M >= 0 (+inf when saturated)"),
+            ("m2_low", np.isfinite, "a finite rounding error"),
+        ]
+        if self.weight is not None:
+            rules.append(
+                ("weight", lambda w: np.isfinite(w) & (w > 0), "a positive, finite weight")
+            )
+        for field, rule, expected in rules:
+            values = np.asarray(getattr(self, field))
+            checks.refuse_where(f"{name}.{field}", values, ~rule(values), expected)
+        m2, m2_low = np.asarray(self.m2), np.asarray(self.m2_low)
+        with np.errstate(over="ignore"):
+            total = m2 + m2_low  # in the statistics dtype, as the variance is computed
+        checks.refuse_where(
+            f"{name}.m2_low",
+            m2_low,
+            ~(total >= 0),
+            f"a rounding error that keeps m2 + m2_low >= 0 (m2 is {m2.flat[0].item()!r} there)"
+            if m2.size == 1
+            else "a rounding error that keeps m2 + m2_low >= 0",
+        )
 
 
 def default_dtype() -> np.dtype:
@@ -209,7 +243,7 @@ def check_decay(decay, dtype) -> float | None:
     # decay = 1 is the cumulative statistics (decay=None, with an exact count);
     # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
     # A decay that rounds to 1 in dtype would never forget.
-    if not (base.is_real(decay) and 0.0 <= decay < 1.0 and np.asarray(decay, dtype) < 1.0):
+    if not (checks.is_real(decay) and 0.0 <= decay < 1.0 and np.asarray(decay, dtype) < 1.0):
         raise ValueError(
             f"decay should be in the interval [0, 1) in {np.dtype(dtype).name} (the "
             f"statistics dtype) or None, got decay={decay!r}."
@@ -223,7 +257,7 @@ def check_step_size(step_size, dtype) -> float | None:
         return None
     # step_size 0 (or one that rounds to 0 in dtype) never learns; above 1 one
     # sample would outweigh everything, the past taking a negative weight.
-    step_size = base.check_positive("step_size", step_size, dtype)
+    step_size = checks.check_positive("step_size", step_size, dtype)
     if step_size > 1.0:
         raise ValueError(
             f"step_size should be in the interval (0, 1] or None, got step_size={step_size!r}."
@@ -260,7 +294,7 @@ def init_stats(
       >>> float(stats.mean), float(stats.var), round(float(stats.total_weight), 6)
       (0.0, 1.0, 0.0001)
     """
-    shape = base.check_batch_shape(shape, "shape")
+    shape = checks.check_batch_shape(shape, "shape")
     dtype = check_dtype(dtype)
     decay = check_decay(decay, dtype)
     step_size = check_step_size(step_size, dtype)
@@ -441,7 +475,7 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
         first = batch[(0,) * num_batch_axes]
         found = jnp.isfinite(first)
         if mask is not None:
-            found = found & (mask[(0,) * num_batch_axes] | (stats.samples == 0))
+            found = found & (mask[(0,) * num_batch_axes] | (stats.sample_count == 0))
     else:
         found, first = _first_selected(batch, mask, num_batch_axes)
     if axis_name is not None:
@@ -453,10 +487,10 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
 def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
     """The statistics with a batch, given by its shifted sums, added (elementwise).
 
-    ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.summation.merge_sums`,
+    ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.stats.summation.merge_sums`,
     totals over every participant). The batch's moments
-    (:func:`~rewardnorm_jax._src.formulas.moments_from_shifted_sums`) join the
-    statistics by :func:`~rewardnorm_jax._src.formulas.add_batch_moments`, after
+    (:func:`~rewardnorm_jax._src.stats.formulas.moments_from_shifted_sums`) join the
+    statistics by :func:`~rewardnorm_jax._src.stats.formulas.add_batch_moments`, after
     exponential moving statistics discount their past. ``count_increment`` is
     the count as ``uint32`` when its float ``n_b`` may not be exact, else ``None``.
     """
@@ -510,7 +544,7 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
         near the selected ones (a normalizer's returns: a skipped step's
         return is still a return), so that any entry may serve as the shift
         (:func:`_shift`) and the sums may weight entries instead of selecting
-        them (:func:`~rewardnorm_jax._src.summation.merge_sums`).
+        them (:func:`~rewardnorm_jax._src.stats.summation.merge_sums`).
 
     Returns:
       The merged statistics.
@@ -630,7 +664,7 @@ def merge_stats(
     :math:`\sigma_b^2` join the total weight :math:`n` (``total_weight``), the
     mean :math:`\mu` and the sum of squared deviations :math:`M` by the
     parallel algorithm of Chan et al., as :doc:`/semantics` writes it out
-    (:func:`~rewardnorm_jax._src.formulas.chan_increments` computes it).
+    (:func:`~rewardnorm_jax._src.stats.formulas.chan_increments` computes it).
 
     Exponential moving statistics (``stats.decay`` :math:`= \beta`): the old
     weight and sum of squares are discounted first, :math:`(n, M) \leftarrow
@@ -689,7 +723,7 @@ def merge_stats(
       (2.0, 0.667)
     """
     check_stats_type(stats)
-    batch = jnp.asarray(base.check_reward("batch", batch), stats.mean.dtype)
+    batch = jnp.asarray(checks.check_reward("batch", batch), stats.mean.dtype)
     num_batch_axes = batch.ndim - stats.mean.ndim
     if num_batch_axes < 0 or batch.shape[num_batch_axes:] != stats.mean.shape:
         raise ValueError(
@@ -697,7 +731,7 @@ def merge_stats(
             f"shape {stats.mean.shape}."
         )
     if mask is not None:
-        mask = jnp.asarray(base.check_flag("mask", mask), bool)
+        mask = jnp.asarray(checks.check_flag("mask", mask), bool)
         if mask.shape != batch.shape:
             raise ValueError(f"mask has shape {mask.shape}, expected {batch.shape}.")
     return merge_checked(stats, batch, mask, axis_name=axis_name)
@@ -715,13 +749,13 @@ def count_as_int(stats: RunningStats) -> np.ndarray:
     """The exact number of samples seen (prior excluded), as host integers.
 
     Raises:
-      TypeError: for statistics traced under ``jit`` (use ``stats.samples`` there).
+      TypeError: for statistics traced under ``jit`` (use ``stats.sample_count`` there).
     """
     check_stats_type(stats)
     if isinstance(stats.count_words, jax.core.Tracer):
         raise TypeError(
             "count_as_int reads the count on the host: call it outside jit, or use "
-            "stats.samples (a float of the statistics dtype) inside."
+            "stats.sample_count (a float of the statistics dtype) inside."
         )
     return np.asarray(stats.count_hi, np.uint64) * np.uint64(2**32) + np.asarray(
         stats.count_lo, np.uint64
