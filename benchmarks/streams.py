@@ -5,13 +5,13 @@ At ``N`` environments (``--sizes``, default 4096), side by side in one run
 over the same stream:
 
 * ``shared``: one set of statistics for ``N`` scalar rewards (the default step);
-* ``tasks K``: ``num_tasks=K`` with each environment's task id, for K = 16
+* ``tasks K``: ``Statistics(num_tasks=K)`` with each environment's task id, for K = 16
   and 256 (ids drawn again at each episode's end);
 * ``(N, 3) shared`` / ``(N, 3) each``: three objectives (or stacked agents) as
-  an ``(N, 3)`` array, one scale for all or one set each (``components=1``);
+  an ``(N, 3)`` array, one scale for all or one set each (``Statistics(components=1)``);
 * ``dict of 3``: the same three rewards as a dict of ``(N,)`` arrays (JaxMARL's
   agents), stacked along the component axis and unstacked after the step;
-* ``intrinsic``: ``episodic=False``.
+* ``intrinsic``: ``semantics="non_episodic"``.
 
 Usage::
 

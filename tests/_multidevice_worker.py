@@ -43,7 +43,7 @@ GAMMA = 0.99
 # the running max |G| (g_max, merged with a pmax).
 SEMANTICS = {s: {"semantics": s} for s in ("gymnasium", "sb3", "purejaxrl")}
 OPTIONS = {
-    "gymnasium_decay": {"semantics": "gymnasium", "decay": 0.9},
+    "gymnasium_decay": {"semantics": "gymnasium", "statistics": rn.Statistics(decay=0.9)},
     "purejaxrl_g_max": {"semantics": "purejaxrl", "g_max": 3.0},
 }
 

@@ -211,7 +211,7 @@ def test_both_modes_match_purejaxrl_style_reference(name, mode):
     stats = jax.tree.map(lambda x: x.reshape(-1, x.shape[-1])[0], state.transform_state.stats)
     np.testing.assert_allclose(stats.mean, mean, rtol=1e-5)
     np.testing.assert_allclose(stats.var, var, rtol=1e-5)
-    np.testing.assert_allclose(stats.count, count, rtol=1e-7)
+    np.testing.assert_allclose(stats.total_weight, count, rtol=1e-7)
     np.testing.assert_allclose(state.transform_state.ret, return_val, rtol=1e-5)
 
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import adapter, normalize_wrapper
+from rewardnorm_jax._src import adapter, checks, normalize_wrapper
 
 PyTree = Any
 
@@ -196,7 +196,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
             step returns neither six nor five values.
           TypeError: if ``update_stats`` is no flag (a string, a complex number).
         """
-        update_stats = adapter.check_update_stats(update_stats)  # before jit reads it
+        update_stats = jnp.asarray(checks.check_update_stats(update_stats), bool)  # before jit
         return self._step(key, state, action, params, update_stats)
 
     @partial(jax.jit, static_argnames=("self",))
