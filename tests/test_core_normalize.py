@@ -398,7 +398,10 @@ def test_concrete_array_hyperparameters_are_accepted_and_traced_ones_named():
         norm = rn.normalize_reward(
             gamma=gamma,
             epsilon=jnp.float32(1e-8),
-            semantics=dataclasses.replace(rn.Semantics.preset("gymnasium"), clip=jnp.array(10.0)),
+            semantics=dataclasses.replace(
+                rn.Semantics.preset("gymnasium"),
+                clip=jnp.array(10.0),  # type: ignore[arg-type]  # a concrete 0-d array is a number
+            ),
         )
         _, state = norm.step(norm.init(), 1.0)
         assert float(norm.step(state, 2.0)[1].ret) == 2.5

@@ -421,7 +421,7 @@ def test_normalize_reward_passes_options_to_the_core():
     _, state = jax.eval_shape(wrapped.reset, jax.random.split(jax.random.key(0), 5), params)
     assert state.transform_state.stats.moments.shape[:-1] == (5,)  # one set per environment
     with pytest.raises(TypeError, match="no_such_option"):
-        rgx.NormalizeReward(env, no_such_option=1)
+        rgx.NormalizeReward(env, no_such_option=1)  # type: ignore[call-arg]  # on purpose
 
 
 # --- invalid arguments -------------------------------------------------------------------

@@ -543,7 +543,8 @@ def test_boolean_hyperparameters_take_bools_only():
             rn.normalize_reward(finite_rewards=value)
     for value, expected in accepted:
         assert rn.Statistics(per_env=value).per_env is expected
-        assert rn.normalize_reward(finite_rewards=value).config.finite_rewards is expected
+        config: Any = rn.normalize_reward(finite_rewards=value).config
+        assert config.finite_rewards is expected
     numpy_true: Any = np.True_
     semantics = rn.Semantics("mine", "never", "done", freeze_stops_return=numpy_true)
     assert semantics.freeze_stops_return is True
@@ -580,6 +581,7 @@ def test_count_as_int_under_jit_says_where_to_call_it():
 )
 def test_a_float16_hyperparameter_is_checked_at_its_value(name, value):
     """float16(1e-8) is 0: compared in float16, float32's tiny rounded to 0 and let it pass."""
+
     def build():
         if name == "clip":  # the clip is the semantics'
             return rn.normalize_reward(semantics=rn.Semantics("s", "never", "never", clip=value))

@@ -286,7 +286,7 @@ def test_statistics_functions_name_a_wrong_state():
 def test_flags_and_semantics_are_type_checked():
     with pytest.raises(TypeError, match="per_env should be a bool, got per_env='no'"):
         rn.Statistics(per_env="no")  # type: ignore[arg-type]  # deliberately not a bool
-    assert rn.Statistics(per_env=np.bool_(True)).per_env is True
+    assert rn.Statistics(per_env=np.bool_(True)).per_env is True  # type: ignore[arg-type]  # a NumPy bool
     with pytest.raises(ValueError, match="clip should be a positive number or None, got clip=-1"):
         rn.Semantics("mine", "never", "never", clip=-1.0)
     with pytest.raises(TypeError, match="freeze_stops_return should be a bool"):

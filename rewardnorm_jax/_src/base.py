@@ -23,7 +23,7 @@ The contributors' page "Adding a transform" walks through one such module.
 
 import dataclasses
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol, Self
 
 import jax
 import numpy as np
@@ -57,6 +57,11 @@ class Config:
     def __str__(self) -> str:
         options = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)]
         return f"{self.name}({', '.join(options)})"
+
+    @classmethod
+    def checked(cls, *options: Any) -> "Self":
+        """The configuration of these options, as given (``__post_init__`` checks and converts)."""
+        return cls(*options)
 
     def metadata(self) -> dict[str, Any]:
         """The configuration as a flat ``{path: plain value}``, for checkpoints.

@@ -41,9 +41,9 @@ def _expected_layout(init: InitFn, batch_shape: Shape) -> dict[str, str]:
 
 def make_transform(
     config: Config,
-    init: Callable[[Config, Shape], PyTree],
-    apply: Callable,
-    step: Callable,
+    init: Callable[..., PyTree],
+    apply: Callable[..., jax.Array],
+    step: Callable[..., tuple[jax.Array, PyTree]],
     *,
     num_tasks: int | None = None,
     components: int = 0,

@@ -361,7 +361,7 @@ def normalize_reward(
       Reinforcement Learning <https://arxiv.org/abs/2502.15280>`_, 2025
       (SimbaV2, ``g_max``).
     """
-    config = NormalizeRewardConfig(
+    config = NormalizeRewardConfig.checked(
         gamma, epsilon, semantics, statistics, dtype, axis_name, g_max, finite_rewards
     )
     return builder.make_transform(

@@ -351,5 +351,7 @@ def percentile_scale_reward(
       Hafner et al., `Mastering Diverse Domains through World Models
       <https://arxiv.org/abs/2301.04104>`_, 2023.
     """
-    config = PercentileScaleRewardConfig(gamma, rate, low, high, limit, semantics, dtype, axis_name)
+    config = PercentileScaleRewardConfig.checked(
+        gamma, rate, low, high, limit, semantics, dtype, axis_name
+    )
     return builder.make_transform(config, init, apply, step)

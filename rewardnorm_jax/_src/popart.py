@@ -334,9 +334,13 @@ def popart(
       `Multi-task Deep Reinforcement Learning with PopArt
       <https://arxiv.org/abs/1809.04474>`_, 2019; rlax ``rlax/_src/pop_art.py``.
     """
-    config = PopArtConfig(step_size, scale_lb, scale_ub, num_tasks, axis_name, dtype)
+    config = PopArtConfig.checked(step_size, scale_lb, scale_ub, num_tasks, axis_name, dtype)
     return PopArt(
-        *(functools.partial(fn, config) for fn in (init, update, normalize, unnormalize, step)),
+        functools.partial(init, config),
+        functools.partial(update, config),
+        functools.partial(normalize, config),
+        functools.partial(unnormalize, config),
+        functools.partial(step, config),
         config,
     )
 

@@ -66,7 +66,7 @@ def clip_reward(low: base.Real = -1.0, high: base.Real = 1.0) -> base.RewardTran
     Raises:
       ValueError: if ``low > high`` or either bound is NaN.
     """
-    config = ClipRewardConfig(low, high)
+    config = ClipRewardConfig.checked(low, high)
     return builder.stateless(lambda reward: jnp.clip(reward, config.low, config.high), config)
 
 
@@ -81,7 +81,7 @@ def scale_reward(scale: base.Real) -> base.RewardTransform:
     Raises:
       ValueError: if ``scale`` is not a finite number.
     """
-    config = ScaleRewardConfig(scale)
+    config = ScaleRewardConfig.checked(scale)
 
     def fn(reward: jax.Array) -> jax.Array:
         checks.check_fits("scale", config.scale, jnp.result_type(reward.dtype, float))

@@ -167,7 +167,7 @@ def signed_hyperbolic_reward(eps: base.Real = 1e-3) -> base.RewardTransform:
       >>> round(float(t.apply(t.init(), 8.0)), 6)   # sqrt(9) - 1 + 0.008
       2.008
     """
-    config = SignedHyperbolicRewardConfig(eps)
+    config = SignedHyperbolicRewardConfig.checked(eps)
     return builder.stateless(lambda reward: signed_hyperbolic(reward, config.eps), config)
 
 
