@@ -12,6 +12,7 @@ Adapters, each an extra that alone imports its framework:
 """
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
+from rewardnorm_jax._src.center import CenterRewardState, center_reward
 from rewardnorm_jax._src.checkpoint import load_state, save_state
 from rewardnorm_jax._src.finite_reward import CheckFiniteRewardState, check_finite_reward
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PRIOR_COUNT",
+    "CenterRewardState",
     "CheckFiniteRewardState",
     "EmptyState",
     "NormalizeRewardState",
@@ -65,6 +67,7 @@ __all__ = [
     "Semantics",
     "Statistics",
     "apply_sampled",
+    "center_reward",
     "chain",
     "check_finite_reward",
     "clip_reward",

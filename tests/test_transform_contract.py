@@ -15,6 +15,7 @@ from absl.testing import parameterized
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
+from rewardnorm_jax._src import state_fields
 from tests.streams import jit_scan_steps
 
 NORMALIZERS = {
@@ -28,6 +29,7 @@ NORMALIZERS = {
 TRANSFORMS = {
     **NORMALIZERS,
     "percentile_scale_reward": lambda: rn.percentile_scale_reward(rate=0.5),
+    "center_reward": rn.center_reward,
     "check_finite_reward": rn.check_finite_reward,
     "clip_reward": lambda: rn.clip_reward(-1.0, 1.0),
     "scale_reward": lambda: rn.scale_reward(0.5),
@@ -40,8 +42,8 @@ TRANSFORMS = {
         rn.clip_reward(-2.0, 2.0),
     ),
 }
-# Transforms whose state has the batch shape, so rewards must have it too.
-BATCHED = [*NORMALIZERS, "percentile_scale_reward", "chain"]
+# Transforms whose state declares per-environment fields: rewards must have their shape.
+BATCHED = [name for name, make in TRANSFORMS.items() if state_fields.batch_shape(make().init(4))]
 NAMED = [(name, name) for name in sorted(TRANSFORMS)]
 
 

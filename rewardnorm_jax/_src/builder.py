@@ -69,10 +69,15 @@ def make_transform(
         return init(config, checks.check_batch_shape(batch_shape))
 
     def checked_shape(state: PyTree, reward) -> Shape:
-        """The batch shape, after checking the state (a stateless one fits any reward)."""
+        """The batch shape, after checking the state against ``init``'s for it.
+
+        A state's per-environment fields give it; a state without any (a
+        stateless one, or one of statistics alone) takes the rewards'.
+        """
         shape = state_fields.batch_shape(state)
-        checks.check_state(state, _expected_layout(checked_init, shape or ()), shape or (), config)
-        return jnp.shape(reward) if shape is None else shape
+        shape = jnp.shape(reward) if shape is None else shape
+        checks.check_state(state, _expected_layout(checked_init, shape), shape, config)
+        return shape
 
     def checked_task(task, shape: Shape) -> jax.Array | None:
         if num_tasks is None:

@@ -161,13 +161,6 @@ def init(config: NormalizeRewardConfig, batch_shape: base.Shape) -> NormalizeRew
     )
 
 
-def env_task(config: NormalizeRewardConfig, task, batch_shape: base.Shape):
-    """Checked task ids spread over the environments' shape; ``None`` without tasks."""
-    if task is None:
-        return None
-    return checks.spread(task, batch_shape[: len(batch_shape) - config.statistics.components])
-
-
 def inverse_std(config: NormalizeRewardConfig, running, ret_abs_max) -> jax.Array:
     r""":math:`1 / \max(\sqrt{\sigma^2 + \epsilon}, M / g_{max})`, as one square root."""
     var = running.var
@@ -185,7 +178,7 @@ def scale(config: NormalizeRewardConfig, reward, inverse) -> jax.Array:
 
 def apply(config: NormalizeRewardConfig, state: NormalizeRewardState, reward, task) -> jax.Array:
     """The rewards divided by the current scale of their statistics."""
-    task = env_task(config, task, state.ret.shape)
+    task = config.statistics.env_task(task, state.ret.shape)
     reward = jnp.asarray(reward, config.dtype)
     inverse = inverse_std(config, state.stats, state.ret_abs_max)
     return scale(config, reward, rs.per_key(inverse, task))
@@ -209,7 +202,7 @@ def learn_returns(config: NormalizeRewardConfig, task, stats, ret, mask):
 
 def step(config: NormalizeRewardConfig, state: NormalizeRewardState, inputs: base.StepInputs):
     """Advance the returns, learn them, then divide the rewards by the new scale."""
-    task = env_task(config, inputs.task, state.ret.shape)
+    task = config.statistics.env_task(inputs.task, state.ret.shape)
     rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
     reward, ret, (stats, ret_abs_max) = return_step(
         state.ret,

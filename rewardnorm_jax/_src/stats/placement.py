@@ -95,6 +95,16 @@ class Statistics:
         tasks = () if self.num_tasks is None else (self.num_tasks,)
         return tasks + batch_shape[len(batch_shape) - self.components :]
 
+    def env_task(self, task, batch_shape: Shape):
+        """Checked task ids spread over the environments' shape; ``None`` without tasks.
+
+        The environments' shape is ``batch_shape`` without its ``components``
+        axes; ids of a leading part of it serve every entry they lead.
+        """
+        if task is None:
+            return None
+        return checks.spread(task, batch_shape[: len(batch_shape) - self.components])
+
 
 SHARED = Statistics()
 """The default: one set of cumulative statistics, shared by every reward of the batch."""
