@@ -4,6 +4,7 @@ Every factory of the core is listed in ``TRANSFORMS``; each test runs over all
 of them, eagerly and under ``jax.jit`` (``chex.variants``).
 """
 
+import dataclasses
 import itertools
 
 import chex
@@ -15,7 +16,7 @@ from absl.testing import parameterized
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import state_fields
+from rewardnorm_jax._src import base, state_fields
 from tests.streams import jit_scan_steps
 
 NORMALIZERS = {
@@ -293,3 +294,30 @@ def test_flags_and_semantics_are_type_checked():
         rn.Semantics("mine", "never", "never", clip=-1.0)
     with pytest.raises(TypeError, match="freeze_stops_return should be a bool"):
         rn.Semantics("mine", "never", "never", freeze_stops_return="yes")  # type: ignore[arg-type]  # deliberately not a bool
+
+
+# Every family built on a configuration: the reward transforms, and PopArt (value targets).
+CONFIGURED = {
+    **TRANSFORMS,
+    "popart": lambda: rn.popart(0.01),
+    "popart per task": lambda: rn.popart(None, num_tasks=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGURED))
+def test_every_configuration_is_frozen_and_describes_itself(name):
+    built = CONFIGURED[name]()
+    config = built.config
+    assert isinstance(config, base.Config)
+    hash(config)  # a transform stays a static argument of jax.jit
+    for field in dataclasses.fields(config)[:1]:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(config, field.name, None)
+    assert str(config).startswith(f"{config.name}(")
+    metadata = config.metadata()
+    assert metadata["transform"] == config.name
+    assert all(isinstance(v, (bool, int, float, str, type(None))) for v in metadata.values())
+    state = built.init() if isinstance(built, rn.PopArt) else built.init((3,))
+    state_fields.check_values(state)  # the initial state holds valid values
+    restored = rn.load_state(state, rn.save_state(state, config), config)
+    chex.assert_trees_all_equal(restored, state)
