@@ -117,12 +117,4 @@ def center_reward(
       <https://arxiv.org/abs/2405.09999>`_, RLC 2024.
     """
     config = CenterRewardConfig.checked(statistics, dtype, axis_name)
-    return builder.make_transform(
-        config,
-        init,
-        apply,
-        step,
-        num_tasks=config.statistics.num_tasks,
-        components=config.statistics.components,
-        per_env=config.statistics.per_env,
-    )
+    return builder.make_transform(config, init, apply, step, **config.statistics.transform_fields())

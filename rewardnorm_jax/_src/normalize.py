@@ -357,15 +357,7 @@ def normalize_reward(
     config = NormalizeRewardConfig.checked(
         gamma, epsilon, semantics, statistics, dtype, axis_name, g_max, finite_rewards
     )
-    return builder.make_transform(
-        config,
-        init,
-        apply,
-        step,
-        num_tasks=config.statistics.num_tasks,
-        components=config.statistics.components,
-        per_env=config.statistics.per_env,
-    )
+    return builder.make_transform(config, init, apply, step, **config.statistics.transform_fields())
 
 
 def running_max(old, values, mask, axis_name=None) -> jax.Array:

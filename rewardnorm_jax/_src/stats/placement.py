@@ -95,6 +95,14 @@ class Statistics:
         tasks = () if self.num_tasks is None else (self.num_tasks,)
         return tasks + batch_shape[len(batch_shape) - self.components :]
 
+    def transform_fields(self) -> dict:
+        """What a transform keeping these statistics declares, as ``make_transform``'s keywords.
+
+        ``num_tasks``, ``components`` and ``per_env``: see
+        :func:`~rewardnorm_jax._src.builder.make_transform`.
+        """
+        return {"num_tasks": self.num_tasks, "components": self.components, "per_env": self.per_env}
+
     def env_task(self, task, batch_shape: Shape):
         """Checked task ids spread over the environments' shape; ``None`` without tasks.
 
