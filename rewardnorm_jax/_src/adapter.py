@@ -80,7 +80,7 @@ class TransformWrapper:
           per_env: for a wrapper serving one environment: keep statistics of
             that environment alone (one set per environment under an unnamed
             ``jax.vmap``).
-          task_of: for a keyed transform (built with ``num_tasks=K``, alone or
+          task_of: for a keyed transform (built with ``Statistics(num_tasks=K)``, alone or
             in a :func:`~rewardnorm_jax.chain`): a function of the wrapped
             environment's state returning each environment's task id
             (integers in ``[0, K)``, one per environment: shape ``()`` for a
@@ -222,10 +222,11 @@ def check_task_of(task_of: Any, transform: RewardTransform) -> Callable[[Any], j
     """
     if (task_of is None) != (transform.num_tasks is None):
         raise ValueError(
-            "num_tasks and task_of go together: a transform built with num_tasks=K keeps one "
+            "num_tasks and task_of go together: a transform with per-task statistics keeps one "
             "set of statistics per task, and task_of(env_state) says each environment's "
             f"task; got a transform with num_tasks={transform.num_tasks!r} and "
-            f"task_of={task_of!r}. E.g. NormalizeReward(env, 0.99, num_tasks=K, "
+            f"task_of={task_of!r}. E.g. NormalizeReward(env, 0.99, "
+            "statistics=rn.Statistics(num_tasks=K), "
             "task_of=lambda env_state: env_state.task)."
         )
     if task_of is not None and not callable(task_of):
@@ -301,8 +302,8 @@ def check_components(
         f"(objectives, agents), but this environment's rewards are {layout} (reward shape "
         f"{batch_shape + component_shape}, environments {batch_shape}), so each environment "
         f"would silently keep statistics of its own. Build the transform with "
-        f"components={len(component_shape)} for one set shared by the environments, or "
-        "with shared=False for one set per environment."
+        f"rn.Statistics(components={len(component_shape)}) for one set shared by the "
+        "environments, or with rn.Statistics(per_env=True) for one set per environment."
     )
 
 
@@ -326,7 +327,7 @@ def check_not_nested(env: Any) -> None:
                 f"the environment already holds {type(inner).__name__}, a reward wrapper of "
                 "rewardnorm_jax; compose transforms in one wrapper instead, e.g. "
                 "RewardTransformWrapper(env, rn.chain(rn.normalize_reward(), "
-                "rn.clip_reward(-10.0, 10.0))) or NormalizeReward(env, clip=10.0)."
+                'rn.clip_reward(-10.0, 10.0))) or NormalizeReward(env, semantics="sb3").'
             )
         seen.add(id(inner))
         attributes = getattr(inner, "__dict__", {})
@@ -392,7 +393,7 @@ def check_placement(
     shared across a named axis (``axis_name``, which the transform must merge
     across: its step is traced once, not run, and must hold a collective over
     every name) or, explicitly, per environment (``per_env=True``, or a
-    transform built with ``shared=False``).
+    transform built with ``Statistics(per_env=True)``).
 
     Args:
       wrapper: the wrapper's class name, for the messages.
@@ -416,7 +417,7 @@ def check_placement(
         raise ValueError(
             f"{wrapper} has per_env=True but serves a batch of shape {batch_shape}: per_env "
             "is for a wrapper serving one environment. For one set of statistics per "
-            "environment of a batch, build the transform with shared=False."
+            "environment of a batch, build the transform with rn.Statistics(per_env=True)."
         )
     if batch_shape != () or not state_fields.has_statistics(transform_state):
         return

@@ -43,7 +43,7 @@ def apply_sampled(
         environment state), with statistics shared by the environments
         (the default statistics), one set or one per task.
       reward: raw rewards of any shape, e.g. ``(batch,)`` sampled transitions.
-      task: for a keyed transform (``num_tasks=K``), each sampled reward's
+      task: for a keyed transform (``Statistics(num_tasks=K)``), each sampled reward's
         own task id, stored with the transition (the reward's shape, or a
         leading part of it); each reward is normalized by its task's
         statistics. ``None`` for any other transform.
@@ -53,7 +53,7 @@ def apply_sampled(
 
     Raises:
       ValueError: if ``transform`` is no :class:`~rewardnorm_jax.RewardTransform`,
-        or its statistics are kept per environment (``shared=False``: a
+        or its statistics are kept per environment (``Statistics(per_env=True)``: a
         sampled reward has no environment), or ``state`` is not a state of
         ``transform``; for a keyed transform without ``task`` (or ``task``
         for one that is not keyed), or ids outside ``[0, K)``.

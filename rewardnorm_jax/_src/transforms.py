@@ -115,7 +115,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     ``chain(clip_reward(-1, 1), normalize_reward())`` feeds clipped rewards into
     the statistics. The state is the tuple of the sub-states.
 
-    Task ids: a chain with keyed members (built with ``num_tasks=K``) is keyed
+    Task ids: a chain with keyed members (built with ``Statistics(num_tasks=K)``) is keyed
     itself; its ``task=`` reaches each keyed member, and the others never see
     it. Its keyed members must agree on :math:`K`.
 

@@ -175,7 +175,7 @@ def wrap_env_fn(
       wrap: the trainer's own wrapping function, called with the trainer's
         arguments: ``brax.envs.training.wrap`` (default), or MuJoCo
         Playground's ``mujoco_playground.wrapper.wrap_for_brax_training``.
-      task_of: for a keyed transform (``num_tasks=K``): a function of the
+      task_of: for a keyed transform (``Statistics(num_tasks=K)``): a function of the
         batched environment's state returning each environment's task id,
         shape ``(num_envs,)`` (see :class:`RewardTransformWrapper`).
 

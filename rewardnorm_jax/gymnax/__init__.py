@@ -6,9 +6,8 @@ API:
   :class:`~rewardnorm_jax.RewardTransform` (including ``chain(...)``) applied
   to every reward. Named wrappers built on it:
   ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *, semantics="gymnasium",
-  clip=<semantics default>, dtype=None, axis_name=None, per_env=False,
-  **options)`` (options
-  ``decay``, ``shared``, ``g_max``, ``finite_rewards`` go to
+  statistics=Statistics(), dtype=None, axis_name=None, g_max=None,
+  finite_rewards=False, per_env=False, task_of=None)`` (the options of
   ``rewardnorm_jax.normalize_reward``),
   ``TransformReward(env, fn)``, ``ClipReward(env, low=-1.0, high=1.0)``.
 * ``wrapper.reset(key, params=None, stats_from=None) -> (obs, state)`` and

@@ -237,7 +237,7 @@ class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformW
       The first rewards are large (about 70 for a reward of 1: the variance
       starts at the 1e-4 prior); chain a clip with
       ``RewardTransformWrapper(env, rn.chain(rn.normalize_reward(), rn.clip_reward(-10, 10)))``
-      or pass ``clip=10.0``.
+      or pass ``semantics="sb3"`` (which clips at 10).
 
     Example:
       >>> import gymnax

@@ -9,7 +9,7 @@ API:
   agents. ``NormalizeReward(env, gamma=0.99, epsilon=1e-8, *,
   semantics="gymnasium", ..., per_env=False, **options)`` builds it on
   :func:`rewardnorm_jax.normalize_reward`: team statistics by default,
-  ``components=1`` for one set per agent.
+  ``statistics=rn.Statistics(components=1)`` for one set per agent.
 * Episodes end at ``dones["__all__"]`` for every agent (a termination); the raw
   rewards stay in ``infos["raw_reward"]``, one per agent in ``env.agents`` order.
 * Under IPPO's ``jax.vmap(env.reset)`` / ``jax.vmap(env.step)``, share one set of

@@ -67,7 +67,8 @@ class RewardTransformWrapper(adapter.TransformWrapper, JaxMARLWrapper):
       >>> import rewardnorm_jax as rn
       >>> from rewardnorm_jax.jaxmarl import RewardTransformWrapper
       >>> env = jaxmarl.make("MPE_simple_spread_v3")
-      >>> transform = rn.normalize_reward(0.99, components=1, axis_name="envs")  # per agent
+      >>> per_agent = rn.Statistics(components=1)
+      >>> transform = rn.normalize_reward(0.99, statistics=per_agent, axis_name="envs")
       >>> env = RewardTransformWrapper(env, transform, axis_name="envs")
       >>> keys = jax.random.split(jax.random.PRNGKey(0), 4)
       >>> obs, state = jax.vmap(env.reset, axis_name="envs")(keys)
@@ -135,7 +136,7 @@ class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformW
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a
     JaxMARL wrapper. Statistics are the team's by default (one set for every
     agent, keeping the ratios between their rewards, which suits one critic
-    shared by all agents, as in JaxMARL's IPPO and MAPPO); ``components=1``
+    shared by all agents, as in JaxMARL's IPPO and MAPPO); ``Statistics(components=1)``
     keeps one set per agent, for agents whose reward scales differ (predators
     and prey in ``MPE_simple_tag_v3``) or that learn apart. Every agent's
     return restarts at ``dones["__all__"]``. See
@@ -144,9 +145,11 @@ class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformW
     Example:
       >>> import jaxmarl
       >>> from jaxmarl.wrappers.baselines import MPELogWrapper
+      >>> import rewardnorm_jax as rn
       >>> from rewardnorm_jax.jaxmarl import NormalizeReward, get_transform_state
       >>> env = jaxmarl.make("MPE_simple_spread_v3")
-      >>> env = NormalizeReward(MPELogWrapper(env), components=1, axis_name="envs")
+      >>> per_agent = rn.Statistics(components=1)
+      >>> env = NormalizeReward(MPELogWrapper(env), statistics=per_agent, axis_name="envs")
       >>> keys = jax.random.split(jax.random.PRNGKey(0), 8)
       >>> obs, state = jax.vmap(env.reset, axis_name="envs")(keys)
       >>> get_transform_state(state).ret.shape   # 8 environments, 3 agents
