@@ -166,11 +166,11 @@ def save_state(state, metadata: Config | Mapping[str, Any] | None = None) -> byt
       Traceback (most recent call last):
       ...
       ValueError: checkpoint does not match the template (leaves as dtype[shape]):
-        metadata 'clip': checkpoint has 10.0, expected None
-        metadata 'freeze_stops_return': checkpoint has True, expected False
-        metadata 'reset_after': checkpoint has 'done', expected 'never'
-        metadata 'reset_before': checkpoint has 'never', expected 'terminated'
-        metadata 'semantics': checkpoint has 'sb3', expected 'gymnasium'
+        metadata 'semantics/clip': checkpoint has 10.0, expected None
+        metadata 'semantics/freeze_stops_return': checkpoint has True, expected False
+        metadata 'semantics/name': checkpoint has 'sb3', expected 'gymnasium'
+        metadata 'semantics/reset_after': checkpoint has 'done', expected 'never'
+        metadata 'semantics/reset_before': checkpoint has 'never', expected 'terminated'
     """
     body = serialization.msgpack_serialize(
         {

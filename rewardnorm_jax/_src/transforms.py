@@ -124,7 +124,8 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
       >>> float(t.step(t.init(), 0.75)[0])
       1.0
       >>> import rewardnorm_jax as rn
-      >>> keyed = chain(rn.normalize_reward(0.99, num_tasks=2), clip_reward(-5.0, 5.0))
+      >>> per_task = rn.Statistics(num_tasks=2)
+      >>> keyed = chain(rn.normalize_reward(0.99, statistics=per_task), clip_reward(-5.0, 5.0))
       >>> reward, state = keyed.step(keyed.init(3), jnp.ones(3), task=jnp.array([0, 1, 1]))
       >>> rn.count_as_int(state[0].stats).tolist()   # one return in task 0, two in task 1
       [1, 2]
