@@ -6,6 +6,7 @@ of them, eagerly and under ``jax.jit`` (``chex.variants``).
 
 import dataclasses
 import itertools
+from typing import Any
 
 import chex
 import jax
@@ -306,7 +307,7 @@ CONFIGURED = {
 
 @pytest.mark.parametrize("name", sorted(CONFIGURED))
 def test_every_configuration_is_frozen_and_describes_itself(name):
-    built = CONFIGURED[name]()
+    built: Any = CONFIGURED[name]()  # a RewardTransform or a PopArt
     config = built.config
     assert isinstance(config, base.Config)
     hash(config)  # a transform stays a static argument of jax.jit
