@@ -5,6 +5,7 @@ of them, eagerly and under ``jax.jit`` (``chex.variants``).
 """
 
 import dataclasses
+import functools
 import itertools
 from typing import Any
 
@@ -322,3 +323,39 @@ def test_every_configuration_is_frozen_and_describes_itself(name):
     state_fields.check_values(state)  # the initial state holds valid values
     restored = rn.load_state(state, rn.save_state(state, config), config)
     chex.assert_trees_all_equal(restored, state)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["total"], meta_fields=[])
+@dataclasses.dataclass
+class SumState:
+    """A state written by hand, registered with JAX rather than flax."""
+
+    total: jax.Array
+
+
+def test_a_chain_runs_members_written_by_hand():
+    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+        new = SumState(state.total + reward)
+        return jnp.asarray(reward) - new.total, new
+
+    member = rn.RewardTransform(
+        lambda batch_shape=(): SumState(jnp.zeros(batch_shape)),
+        lambda state, reward, *args, **kwargs: step(state, reward)[1],
+        lambda state, reward, *, task=None: jnp.asarray(reward) - state.total,
+        step,
+        rn.clip_reward().config,
+    )
+    chained = rn.chain(rn.clip_reward(-5.0, 5.0), member)
+    reward, state = chained.step(chained.init((2,)), jnp.array([1.0, 2.0]))
+    assert reward.tolist() == [0.0, 0.0]
+    assert state[1].total.tolist() == [1.0, 2.0]
+
+
+def test_a_keyed_chain_takes_ids_of_its_keyed_members_environments():
+    keyed = rn.normalize_reward(statistics=rn.Statistics(num_tasks=2))
+    chained = rn.chain(keyed, rn.normalize_reward(statistics=rn.Statistics(components=1)))
+    ids = jnp.array([[0, 1], [1, 1], [0, 0]])  # one per reward: the keyed member has no components
+    _, alone = keyed.step(keyed.init((3, 2)), jnp.ones((3, 2)), task=ids)
+    reward, state = chained.step(chained.init((3, 2)), jnp.ones((3, 2)), task=ids)
+    chex.assert_trees_all_equal(state[0], alone)
+    assert reward.shape == (3, 2)

@@ -4,9 +4,12 @@ An adapter (``rewardnorm_jax.gymnax``, ``rewardnorm_jax.brax``,
 ``rewardnorm_jax.jumanji``, ``rewardnorm_jax.jaxmarl``) subclasses its suite's wrapper class and
 :class:`TransformWrapper`, and keeps only what is its suite's own: reading the
 rewards and episode ends of a step, and where the raw reward is stored. Holding
-the transform, placing its statistics, the reward step, ``NormalizeReward``'s
-construction, the task ids of keyed statistics (``task_of``) and the state
-accessors are written here, once. This module imports no environment framework.
+the transform, placing its statistics, the reward step, the task ids of keyed
+statistics (``task_of``) and the state accessors are written here, once, for any
+transform: what a state holds is read from its declarations
+(:mod:`~rewardnorm_jax._src.state_fields`). This module imports no environment
+framework and names no transform (``NormalizeReward`` is built in
+:mod:`~rewardnorm_jax._src.normalize_wrapper`).
 
 The transform state and the freeze flag live either in a
 :class:`RewardWrapperState` around the inner state (gymnax, Jumanji, JaxMARL), or under
@@ -619,12 +622,12 @@ def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
 def keep_stats(fresh: PyTree, stats_from: PyTree) -> PyTree:
     """``stats_from`` with its tracked returns taken from ``fresh``.
 
-    Every field named ``ret`` (the tracked discounted return of
-    :class:`~rewardnorm_jax.NormalizeRewardState` and of the percentile
-    scaler's state) comes from ``fresh``, a newly initialised transform state,
-    so the returns restart at zero and may have another batch size. Everything
-    else (running statistics, percentiles, the running max of ``|G|``) comes
-    from ``stats_from`` and must match ``fresh`` in shape and dtype.
+    Every per-environment field (declared by the state: the tracked discounted
+    return of :class:`~rewardnorm_jax.NormalizeRewardState` and of the
+    percentile scaler's state) comes from ``fresh``, a newly initialised
+    transform state, so the returns restart at zero and may have another batch
+    size. Everything else (running statistics, percentiles, the running max of
+    ``|G|``) comes from ``stats_from`` and must match ``fresh`` in shape and dtype.
 
     Raises:
       ValueError: if the two differ in structure, or a kept leaf differs in

@@ -218,7 +218,7 @@ def load_state(template, data: bytes, metadata: Config | Mapping[str, Any] | Non
         checkpoint, or if its structure, shapes, dtypes, static fields or
         metadata differ from the template's (the message lists every
         difference by path), or if it holds values no step produces, named
-        by path: statistics (:func:`check_stats_values`), a NaN return, a
+        by path: statistics (``RunningStats.check_values``), a NaN return, a
         negative or NaN running maximum of ``|G|`` (``g_max``), or moving
         percentiles that are not finite or not ordered (low <= high).
     """

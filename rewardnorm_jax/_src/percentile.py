@@ -311,7 +311,8 @@ def percentile_scale_reward(
     reward by a constant divides every return by it. The return recurrence,
     the reset flags, the freeze rule (``update_stats=False``) and the handling
     of non-finite rewards (left out, passed through) are those of
-    :func:`~rewardnorm_jax.normalize_reward` with the same ``semantics``.
+    :func:`~rewardnorm_jax.normalize_reward` with the same ``semantics``; its
+    clip is not applied (the scaler divides by a range, it does not standardize).
 
     The percentiles are taken across the batch of environments at each step,
     so the transform needs many environments: with one environment the range

@@ -6,8 +6,8 @@ declares two things, and nothing else names a field:
 * which fields are per-environment data (a tracked return): they are made
   with :func:`~rewardnorm_jax._src.base.per_env_field`. They give the batch
   shape a state was made for, they restart in a state taking its statistics
-  from another run (:func:`keep_stats`), and a state whose leaves are all
-  such fields learns no statistics (:func:`has_statistics`);
+  from another run (the adapters' ``with_stats_from``), and a state whose
+  leaves are all such fields learns no statistics (:func:`has_statistics`);
 * which values are valid: a method ``check_values(self, name)`` raising a
   ValueError for a value no step produces (a NaN return, a negative
   variance). :func:`check_values` walks a state and calls each one, so a
@@ -30,16 +30,17 @@ def per_env_mask(tree: PyTree, per_env: bool = False) -> PyTree:
                 getattr(tree, field.name), per_env or field.metadata.get(PER_ENV, False)
             )
             for field in dataclasses.fields(tree)
-            if field.metadata.get("pytree_node", True)
+            if field.metadata.get("pytree_node", True) and field.init
         }
-        return tree.replace(**marked)  # type: ignore[attr-defined]  # flax dataclasses
+        return dataclasses.replace(tree, **marked)
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # a NamedTuple
         return type(tree)(*(per_env_mask(value, per_env) for value in tree))
     if isinstance(tree, (tuple, list)):
         return type(tree)(per_env_mask(value, per_env) for value in tree)
     if isinstance(tree, dict):
         return {key: per_env_mask(value, per_env) for key, value in tree.items()}
-    return None if tree is None else per_env
+    # Any other pytree node (a state written by hand) declares nothing: its leaves inherit.
+    return jax.tree.map(lambda _: per_env, tree)
 
 
 def _leaves(tree: PyTree) -> list[tuple[Any, bool]]:

@@ -136,7 +136,8 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     """
     if not all(isinstance(t, base.RewardTransform) for t in transforms):
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
-    counts = sorted({t.num_tasks for t in transforms if t.num_tasks is not None})
+    keyed = [t for t in transforms if t.num_tasks is not None]
+    counts = sorted({t.num_tasks for t in keyed})
     if len(counts) > 1:
         raise ValueError(
             f"chain members keep statistics for different numbers of tasks (num_tasks="
@@ -151,7 +152,9 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
         chain_apply,
         chain_step,
         num_tasks=counts[0] if counts else None,
-        components=max((t.components for t in transforms), default=0),
+        # task ids are one per environment of the keyed members, whose components say
+        # which axes are environments; any other member spreads nothing
+        components=max((t.components for t in keyed or transforms), default=0),
         per_env=all(t.per_env for t in transforms),
     )
 
