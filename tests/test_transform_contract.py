@@ -334,7 +334,16 @@ class SumState:
 
 
 def test_a_chain_runs_members_written_by_hand():
-    def step(state, reward, terminated=False, truncated=False, update_stats=True, *, active=None):
+    def step(
+        state,
+        reward,
+        terminated=False,
+        truncated=False,
+        update_stats=True,
+        *,
+        active=None,
+        task=None,
+    ):
         new = SumState(state.total + reward)
         return jnp.asarray(reward) - new.total, new
 

@@ -137,7 +137,7 @@ def chain(*transforms: base.RewardTransform) -> base.RewardTransform:
     if not all(isinstance(t, base.RewardTransform) for t in transforms):
         raise ValueError("chain takes RewardTransform objects (e.g. clip_reward(-1, 1)).")
     keyed = [t for t in transforms if t.num_tasks is not None]
-    counts = sorted({t.num_tasks for t in keyed})
+    counts = sorted({t.num_tasks for t in transforms if t.num_tasks is not None})
     if len(counts) > 1:
         raise ValueError(
             f"chain members keep statistics for different numbers of tasks (num_tasks="
