@@ -15,6 +15,11 @@ from rewardnorm_jax._src.base import EmptyState, RewardTransform
 from rewardnorm_jax._src.center import CenterRewardState, center_reward
 from rewardnorm_jax._src.checkpoint import load_state, save_state
 from rewardnorm_jax._src.finite_reward import CheckFiniteRewardState, check_finite_reward
+from rewardnorm_jax._src.group.advantages import (
+    GroupAdvantageEstimator,
+    GroupAdvantages,
+    group_advantages,
+)
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
@@ -57,6 +62,8 @@ __all__ = [
     "CenterRewardState",
     "CheckFiniteRewardState",
     "EmptyState",
+    "GroupAdvantageEstimator",
+    "GroupAdvantages",
     "NormalizeRewardState",
     "PercentileScaleRewardState",
     "PercentileState",
@@ -72,6 +79,7 @@ __all__ = [
     "check_finite_reward",
     "clip_reward",
     "count_as_int",
+    "group_advantages",
     "init_percentiles",
     "init_stats",
     "load_state",

@@ -310,7 +310,16 @@ def check_update_stats(update_stats, shapes: tuple[Shape, ...] = ((),)):
 
 
 def check_task(
-    task, shape: Shape, num_tasks: int, per: str, *, broadcast: bool = False, leading: bool = False
+    task,
+    shape: Shape,
+    num_tasks: int,
+    per: str,
+    *,
+    broadcast: bool = False,
+    leading: bool = False,
+    name: str = "task",
+    bound: str = "num_tasks",
+    plural: str = "task ids",
 ):
     """Task ids checked, as int32; ``-1`` for an id outside ``[0, K)`` under ``jit``.
 
@@ -324,6 +333,9 @@ def check_task(
       per: what each id belongs to, for the messages.
       broadcast: whether a shape that broadcasts to ``shape`` fits.
       leading: whether a leading part of ``shape`` fits.
+      name: the ids' parameter, for the messages (``group_ids``).
+      bound: the parameter that sets :math:`K`, for the messages (``num_groups``).
+      plural: what the ids are, in the plural, for the messages (``group ids``).
 
     Returns:
       The ids as int32, of ``task``'s own shape.
@@ -347,8 +359,8 @@ def check_task(
     dtype = _dtype_of(task)
     if not (_is_real_dtype(dtype) and jnp.issubdtype(dtype, jnp.integer) and dtype != np.bool_):
         raise TypeError(
-            f"task should be integer ids in [0, {num_tasks}), one per {per}, got "
-            f"task={describe(task)}."
+            f"{name} should be integer ids in [0, {num_tasks}), one per {per}, got "
+            f"{name}={describe(task)}."
         )
     if not isinstance(task, jax.Array):
         task = np.asarray(task)  # a list or tuple of ids
@@ -367,9 +379,10 @@ def check_task(
         elif leading:
             also = f" (or a leading part of it: one id for all the rewards of each {per})"
         raise ValueError(
-            f"task has shape {jnp.shape(task)}; expected {shape}, one task id per {per}{also}."
+            f"{name} has shape {jnp.shape(task)}; expected {shape}, "
+            f"one {plural[:-1]} per {per}{also}."
         )
-    valid = f"task ids should be in [0, {num_tasks}) (num_tasks={num_tasks})"
+    valid = f"{plural} should be in [0, {num_tasks}) ({bound}={num_tasks})"
     if not isinstance(task, jax.core.Tracer):
         values = np.asarray(task)
         bad = (values < 0) | (values >= num_tasks)

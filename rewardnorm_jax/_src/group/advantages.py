@@ -1,0 +1,357 @@
+r"""Group-relative advantages: each answer's reward against the other answers to its prompt.
+
+RL for language models samples :math:`G` answers per prompt and scores each
+against its group: GRPO standardizes the rewards within the group, RLOO
+subtracts the mean of the others, and so on. :func:`group_advantages` builds
+one estimator with one trainer's convention
+(:mod:`~rewardnorm_jax._src.group.conventions`), and its ``apply`` maps the
+rewards of a batch to advantages. With :math:`\bar r`, :math:`\sigma` and
+:math:`n` the group's mean, standard deviation and number of valid answers:
+
+.. math::
+
+    \text{grpo:}\ \frac{r - \bar r}{\sigma + \epsilon} \qquad
+    \text{dr\_grpo, reinforce\_pp\_baseline:}\ r - \bar r \qquad
+    \text{batch\_std:}\ \frac{r - \bar r}{\sigma_B + \epsilon} \qquad
+    \text{rloo:}\ \frac{n}{n - 1}(r - \bar r) \qquad
+    \text{opo:}\ r - \frac{\sum_j \ell_j r_j}{\sum_j \ell_j}
+
+with :math:`\sigma_B` the standard deviation of the batch's rewards and
+:math:`\ell` the answers' lengths. ``gdpo`` takes one reward per reward
+function, standardizes each within its group as ``grpo`` does, sums them with
+``reward_weights``, and standardizes the sums over the batch.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rewardnorm_jax._src import base, checks
+from rewardnorm_jax._src.group import layout as layouts
+from rewardnorm_jax._src.group.conventions import CONVENTIONS, ESTIMATORS, Convention
+from rewardnorm_jax._src.group.moments import Moments, deviations, moments
+from rewardnorm_jax._src.stats import running as rs
+
+
+class GroupAdvantages(NamedTuple):
+    """What an estimator's ``apply`` returns, one entry per answer."""
+
+    advantages: jax.Array  # floating (B,)
+    zero_variance: (
+        jax.Array
+    )  # bool (B,): the answer's group has no spread (its valid rewards equal)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupAdvantageConfig(base.Config):
+    """The options of :func:`group_advantages`, checked when it is built."""
+
+    name: ClassVar[str] = "group_advantages"
+    estimator: str = "grpo"
+    convention: str = "exact"
+    group_size: int | None = None
+    num_groups: int | None = None
+    groups_span_devices: bool | None = None
+    reward_weights: Any = None  # a sequence of weights, stored as a tuple of floats
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+
+    def __post_init__(self):
+        _check_choice("estimator", self.estimator, ESTIMATORS)
+        _check_choice("convention", self.convention, tuple(CONVENTIONS))
+        rules = CONVENTIONS[self.convention]
+        if self.estimator not in rules.estimators:
+            raise ValueError(
+                f"convention={self.convention!r} has no estimator {self.estimator!r}; it has "
+                f"{', '.join(rules.estimators)} (convention='exact' has them all)."
+            )
+        self._check_groups(rules)
+        object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
+        self._check_span()
+        object.__setattr__(self, "reward_weights", self._checked_weights())
+
+    def _check_groups(self, rules: Convention) -> None:
+        if (self.group_size is None) == (self.num_groups is None):
+            raise ValueError(
+                "pass exactly one of group_size (contiguous groups of that many answers) and "
+                "num_groups (groups named by group_ids in [0, num_groups), passed to apply), got "
+                f"group_size={self.group_size!r}, num_groups={self.num_groups!r}."
+            )
+        if self.group_size is not None:
+            minimum = 2 if rules.singleton == "refused" else 1
+            checks.check_count("group_size", self.group_size, minimum=minimum)
+        else:
+            checks.check_count("num_groups", self.num_groups, minimum=1, maximum=checks.MAX_TASKS)
+
+    def _check_span(self) -> None:
+        if self.num_groups is None or self.axis_name is None:
+            if self.groups_span_devices is not None:
+                raise ValueError(
+                    f"groups_span_devices={self.groups_span_devices!r} is for group ids with an "
+                    "axis_name (num_groups and axis_name set); contiguous groups are whole on "
+                    "each device, and without an axis_name there is one device."
+                )
+            return
+        if self.groups_span_devices is None:
+            raise ValueError(
+                f"with group ids and axis_name={self.axis_name!r}, say whether an id names one "
+                "group on every device (groups_span_devices=True: its answers' statistics are "
+                "summed across the axis) or a group of this device alone "
+                "(groups_span_devices=False: the same id on two devices is two groups)."
+            )
+        checks.check_bool("groups_span_devices", self.groups_span_devices)
+
+    def _checked_weights(self) -> tuple[float, ...] | None:
+        if self.reward_weights is None:
+            return None
+        if self.estimator != "gdpo":
+            raise ValueError(
+                f"reward_weights is for estimator='gdpo' (several reward functions), got "
+                f"estimator={self.estimator!r}."
+            )
+        weights = self.reward_weights
+        if not (
+            isinstance(weights, (tuple, list))
+            and weights
+            and all(checks.is_real(w) and math.isfinite(w) for w in weights)
+        ):
+            raise ValueError(
+                "reward_weights should be a non-empty sequence of finite numbers, one per "
+                f"reward function, got reward_weights={weights!r}."
+            )
+        return tuple(float(w) for w in weights)
+
+
+class GroupAdvantageEstimator(NamedTuple):
+    """A group-advantage estimator: its ``apply`` and its checked configuration."""
+
+    apply: Callable[..., GroupAdvantages]
+    config: GroupAdvantageConfig
+
+
+def group_advantages(
+    estimator: str = "grpo",
+    *,
+    convention: str = "exact",
+    group_size: int | None = None,
+    num_groups: int | None = None,
+    groups_span_devices: bool | None = None,
+    reward_weights=None,
+    axis_name=None,
+) -> GroupAdvantageEstimator:
+    """An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
+
+    Args:
+      estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
+        ``"opo"``, ``"reinforce_pp_baseline"`` or ``"gdpo"`` (the formulas
+        are in this module's docstring).
+      convention: ``"exact"`` (the library's), or one trainer's:
+        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
+      group_size: contiguous groups: answers ``[k G, (k + 1) G)`` of the batch
+        answer prompt ``k``.
+      num_groups: ragged groups: ``apply`` takes ``group_ids`` in
+        ``[0, num_groups)``, in any order, some unused.
+      groups_span_devices: with ``num_groups`` and an ``axis_name`` only:
+        whether an id names one group on every device.
+      reward_weights: ``gdpo`` only: a weight per reward function (default 1).
+      axis_name: the axis of the devices that hold the batch (inside
+        ``shard_map``, ``pmap`` or ``vmap``): batch statistics, and groups
+        that span devices, are computed over all of them.
+
+    Returns:
+      A :class:`GroupAdvantageEstimator`.
+
+    Raises:
+      ValueError: naming an option, its value and what is valid.
+    """
+    config = GroupAdvantageConfig.checked(
+        estimator,
+        convention,
+        group_size,
+        num_groups,
+        groups_span_devices,
+        reward_weights,
+        axis_name,
+    )
+
+    def checked_apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages:
+        return apply(config, *_check_inputs(config, rewards, group_ids, lengths))
+
+    return GroupAdvantageEstimator(apply=checked_apply, config=config)
+
+
+def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdvantages:
+    """The advantages of checked inputs: floating ``rewards``, int32 ``group_ids`` or None."""
+    rules = CONVENTIONS[config.convention]
+    groups = _layout(config, group_ids)
+    valid = jnp.isfinite(rewards)
+    if config.estimator == "gdpo":
+        return _gdpo(config, rules, groups, rewards, valid)
+    stats = moments(groups, rewards, valid, lengths if config.estimator == "opo" else None)
+    count = groups.rows(stats.valid_count)
+    advantages = deviations(groups, stats, rewards)
+    if config.estimator == "grpo":
+        advantages = advantages / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
+    elif config.estimator == "batch_std":
+        whole = layouts.Whole(config.axis_name)
+        batch_std = _std(moments(whole, rewards, valid), rules.ddof)
+        advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
+    elif config.estimator == "rloo":
+        advantages = advantages * (count / (count - 1))
+    advantages = _settle(rules, config.estimator, groups, stats, rewards, advantages)
+    return GroupAdvantages(_invalid(rules, groups, valid, advantages), _zero(groups, stats))
+
+
+def _gdpo(config, rules: Convention, groups, rewards, valid) -> GroupAdvantages:
+    """Each reward function standardized in its group, summed with weights, then over the batch."""
+    stats = moments(groups, rewards, valid)
+    scores = deviations(groups, stats, rewards)
+    scores = scores / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
+    scores = _settle(rules, "grpo", groups, stats, rewards, scores)
+    scores = _invalid(rules, groups, valid, scores)
+    weights = config.reward_weights or (1.0,) * rewards.shape[1]
+    total = scores @ jnp.asarray(weights, rewards.dtype)
+    if rules.invalid == "zeroed":  # an answer is left out where no reward function scored it
+        total = jnp.where(valid.any(axis=1), total, jnp.nan)
+    zero_variance = _zero(groups, stats).all(axis=1)
+    if config.convention == "verl":  # the batch's whitening comes after, over tokens
+        return GroupAdvantages(total, zero_variance)
+    whole = layouts.Whole(config.axis_name)
+    summed = jnp.isfinite(total)
+    batch = moments(whole, total, summed)
+    advantages = deviations(whole, batch, total) / (
+        whole.rows(_std(batch, rules.ddof)) + rules.epsilon
+    )
+    advantages = jnp.where(whole.rows(batch.constant), 0, advantages)
+    return GroupAdvantages(_invalid(rules, whole, summed, advantages), zero_variance)
+
+
+def _std(stats: Moments, ddof: int) -> jax.Array:
+    """The standard deviation, with ``ddof`` delta degrees of freedom (NaN for too few values)."""
+    return jnp.sqrt(stats.squares / (stats.valid_count - ddof))
+
+
+def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, advantages):
+    """Constant groups exactly 0; groups of one as the convention has them."""
+    count = groups.rows(stats.valid_count)
+    constant = groups.rows(stats.constant)
+    advantages = jnp.where(constant & (count > 1), 0, advantages)
+    if rules.singleton == "zero":
+        return jnp.where(count == 1, 0, advantages)
+    if rules.singleton == "own":  # the mean taken as 0 and the standard deviation as 1
+        own = rewards / (1 + rules.epsilon) if estimator == "grpo" else rewards
+        return jnp.where(count == 1, own, advantages)
+    return jnp.where(count == 1, jnp.nan, advantages)  # "refused"
+
+
+def _invalid(rules: Convention, groups, valid, advantages) -> jax.Array:
+    """The advantages of invalid rewards (and of their groups) as the convention has them."""
+    if rules.invalid == "dropped":
+        return jnp.where(valid, advantages, jnp.nan)
+    if rules.invalid == "zeroed":
+        return jnp.where(valid, advantages, 0)
+    (missing,) = groups.sums((~valid).astype(advantages.dtype))  # "spreads"
+    return jnp.where(groups.rows(missing > 0), jnp.nan, advantages)
+
+
+def _zero(groups, stats: Moments) -> jax.Array:
+    return groups.rows(stats.constant)
+
+
+def _layout(config: GroupAdvantageConfig, group_ids):
+    if config.group_size is not None:
+        return layouts.Contiguous(config.group_size)
+    span = config.axis_name if config.groups_span_devices else None
+    return layouts.Ragged(group_ids, cast(int, config.num_groups), span)
+
+
+def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
+    """``(rewards, group_ids, lengths)`` checked: floating rewards, int32 ids, floating lengths."""
+    checks.check_reward("rewards", rewards)
+    rewards = jnp.asarray(rewards)
+    dtype = jnp.promote_types(rewards.dtype, jnp.float32)
+    if not jnp.issubdtype(rewards.dtype, jnp.floating):
+        dtype = jnp.dtype(jnp.result_type(float))  # 0/1 rewards: the default float
+    rewards = rewards.astype(dtype)
+    expected = 2 if config.estimator == "gdpo" else 1
+    if rewards.ndim != expected:
+        what = "(B, K): a reward per answer and reward function" if expected == 2 else "(B,)"
+        raise ValueError(
+            f"rewards has shape {rewards.shape}; estimator={config.estimator!r} takes shape {what}."
+        )
+    answers = rewards.shape[0]
+    if config.reward_weights is not None and rewards.shape[1] != len(config.reward_weights):
+        raise ValueError(
+            f"rewards has {rewards.shape[1]} reward functions (shape {rewards.shape}), but "
+            f"reward_weights has {len(config.reward_weights)} weights."
+        )
+    if config.group_size is not None:
+        _check_contiguous(config, config.group_size, answers, group_ids)
+    else:
+        group_ids = _check_ids(cast(int, config.num_groups), answers, group_ids)
+    return rewards, group_ids, _check_lengths(config, answers, lengths, dtype)
+
+
+def _check_contiguous(config: GroupAdvantageConfig, group_size: int, answers: int, group_ids):
+    if group_ids is not None:
+        raise ValueError(
+            f"group_ids was given, but the estimator was built with group_size="
+            f"{group_size} (contiguous groups); build it with num_groups to group "
+            "answers by ids."
+        )
+    if answers % group_size:
+        where = "this device's batch" if config.axis_name is not None else "the batch"
+        raise ValueError(
+            f"rewards has {answers} answers, not a multiple of group_size={group_size}: "
+            f"{where} must hold whole groups. For groups split across devices or batches, "
+            "pass group ids: group_advantages(..., num_groups=P, axis_name=..., "
+            "groups_span_devices=True) and apply(rewards, group_ids=ids)."
+        )
+
+
+def _check_ids(num_groups: int, answers: int, group_ids):
+    if group_ids is None:
+        raise ValueError(
+            f"group_ids is missing: the estimator was built with num_groups={num_groups} "
+            "(groups named by ids); pass apply(rewards, group_ids=ids), one id per answer."
+        )
+    return checks.check_task(
+        group_ids,
+        (answers,),
+        num_groups,
+        "answer",
+        name="group_ids",
+        bound="num_groups",
+        plural="group ids",
+    )
+
+
+def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
+    if config.estimator != "opo":
+        if lengths is not None:
+            raise ValueError(
+                f"lengths was given, but estimator={config.estimator!r} does not weight by "
+                "length (estimator='opo' does)."
+            )
+        return None
+    if lengths is None:
+        raise ValueError("lengths is missing: estimator='opo' weights each answer by its length.")
+    checks.check_reward("lengths", lengths)
+    if jnp.shape(lengths) != (answers,):
+        raise ValueError(
+            f"lengths has shape {jnp.shape(lengths)}; expected ({answers},), one per answer."
+        )
+    if not isinstance(lengths, jax.core.Tracer):
+        checks.refuse_where("lengths", lengths, ~(np.asarray(lengths) >= 0), "lengths >= 0")
+    return jnp.asarray(lengths, dtype)
+
+
+def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(
+            f"{name} should be one of {', '.join(map(repr, choices))}, got {name}={value!r}."
+        )

@@ -1,0 +1,156 @@
+"""Where each answer's group is: contiguous groups, ragged ids, or the whole batch.
+
+A layout reduces per-answer values to per-group totals and gathers per-group
+values back to the answers. With an ``axis_name``, the totals of a group whose
+answers sit on several devices are reduced across that axis, so that every
+device sees the whole group's totals:
+
+* :class:`Contiguous`: answers ``[k G, (k + 1) G)`` form group ``k`` (Tunix,
+  OpenRLHF). Every group lies on one device, so nothing crosses devices.
+* :class:`Ragged`: integer ids in ``[0, num_groups)``, in any order, some
+  unused (verl's ``uid``, dynamic sampling). With an ``axis_name``, an id
+  names the same group on every device.
+* :class:`Whole`: the batch as one group (batch statistics), over every
+  device of the ``axis_name``.
+
+Values may carry trailing axes (one per reward function), grouped alike.
+"""
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+ONE_PASS_LIMIT = 16
+"""The largest groups whose shifted sums are accurate without a re-centring pass (see moments)."""
+BLOCK = 128
+"""Sums run over blocks of at most this many answers, then over the blocks: a reduction adds
+its entries one after another, so its rounding error grows with their number."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Contiguous:
+    """Groups of ``size`` consecutive answers, each on one device."""
+
+    size: int
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether the groups are small enough for one pass of shifted sums."""
+        return self.size <= ONE_PASS_LIMIT
+
+    def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
+        """Each group's sum of each of ``values``, in one pass."""
+        return _sums(tuple(self._grouped(value) for value in values), axis=1)
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """A valid value of each group (0 for a group without one)."""
+        # Any valid value of each group (0 for none): a reduction that keeps a valid operand
+        # returns one whatever order the compiler reduces in, at the cost of one sum.
+        zero = jnp.zeros((), values.dtype)
+        operands = (self._grouped(valid), self._grouped(values))
+        return jax.lax.reduce(operands, (False, zero), _keep_valid, (1,))[1]
+
+    def rows(self, per_group: jax.Array) -> jax.Array:
+        """Each answer's entry of ``per_group``."""
+        shape = (per_group.shape[0], self.size, *per_group.shape[1:])
+        return jnp.broadcast_to(per_group[:, None], shape).reshape(-1, *per_group.shape[1:])
+
+    def _grouped(self, values: jax.Array) -> jax.Array:
+        return values.reshape(-1, self.size, *values.shape[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class Ragged:
+    """Groups named by integer ids in ``[0, num_groups)``; ids out of range belong to none.
+
+    The caller checks the ids: an id outside ``[0, num_groups)`` is dropped
+    from every total, and ``rows`` gives it NaN (False for a flag).
+    """
+
+    ids: jax.Array
+    num_groups: int
+    axis_name: Any = None  # set where a group's answers may sit on several devices
+
+    one_pass = False  # a group may hold any number of answers
+
+    def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
+        """Each group's sum of each of ``values``, over every device of ``axis_name``."""
+        # Each block of answers is summed into its own row of totals, then the rows added.
+        blocks = -(-self.ids.shape[0] // BLOCK)
+        keys = self.ids + self.num_groups * (jnp.arange(self.ids.shape[0]) // BLOCK)
+        keys = jnp.where(self._known(), keys, -1)
+        totals = tuple(
+            jax.ops.segment_sum(value, keys, self.num_groups * blocks)
+            .reshape(blocks, self.num_groups, *value.shape[1:])
+            .sum(axis=0)
+            for value in values
+        )
+        return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """Each group's largest valid value, the same on every device (0 for none)."""
+        largest = jax.ops.segment_max(jnp.where(valid, values, -jnp.inf), self.ids, self.num_groups)
+        if self.axis_name is not None:  # one value for every device
+            largest = jax.lax.pmax(largest, self.axis_name)
+        return jnp.where(jnp.isfinite(largest), largest, 0)
+
+    def rows(self, per_group: jax.Array) -> jax.Array:
+        """Each answer's entry of ``per_group``; NaN (False) for an id out of range."""
+        fill = False if per_group.dtype == jnp.bool_ else jnp.nan
+        known = self._known().reshape(-1, *(1,) * (per_group.ndim - 1))
+        return jnp.where(known, per_group[jnp.clip(self.ids, 0, self.num_groups - 1)], fill)
+
+    def _known(self) -> jax.Array:
+        return (self.ids >= 0) & (self.ids < self.num_groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class Whole:
+    """The batch as one group: on every device of ``axis_name`` together, if it is set."""
+
+    axis_name: Any = None
+
+    one_pass = False  # the batch may hold any number of answers
+
+    def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
+        """The batch's sum of each of ``values``, shape ``(1, ...)``, over every device."""
+        totals = tuple(total[None] for total in _sums(values, axis=0))
+        return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """The batch's largest valid value, the same on every device (0 for none)."""
+        largest = jnp.where(valid, values, -jnp.inf).max(axis=0, keepdims=True, initial=-jnp.inf)
+        if self.axis_name is not None:  # one value for every device
+            largest = jax.lax.pmax(largest, self.axis_name)
+        return jnp.where(jnp.isfinite(largest), largest, 0)
+
+    def rows(self, per_group: jax.Array) -> jax.Array:
+        """The batch's entry, broadcast against every answer."""
+        return per_group[0]
+
+
+def _sums(values: tuple[jax.Array, ...], axis: int) -> tuple[jax.Array, ...]:
+    """The sums of ``values`` along ``axis``, by one variadic reduction per block of answers."""
+    size = values[0].shape[axis]
+    zeros = tuple(jnp.zeros((), value.dtype) for value in values)
+    if size <= BLOCK:
+        return tuple(jax.lax.reduce(values, zeros, _add, (axis,)))
+    padding = [(0, 0)] * values[0].ndim
+    padding[axis] = (0, -size % BLOCK)
+    blocked = tuple(
+        jnp.pad(value, padding).reshape(*value.shape[:axis], -1, BLOCK, *value.shape[axis + 1 :])
+        for value in values
+    )
+    return tuple(
+        total.sum(axis=axis) for total in jax.lax.reduce(blocked, zeros, _add, (axis + 1,))
+    )
+
+
+def _add(a: tuple, b: tuple) -> tuple:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def _keep_valid(a: tuple, b: tuple) -> tuple:
+    return a[0] | b[0], jnp.where(a[0], a[1], b[1])

@@ -1,0 +1,371 @@
+"""Group-relative advantages against float64 NumPy references of each trainer's code.
+
+``tests/group_reference.py`` transcribes TRL's, verl's, Tunix's and OpenRLHF's
+formulas; the library's own ``"exact"`` convention is written out below. A
+convention is its trainer's formula in exact arithmetic, so where the float64
+reference leaves a rounding residue in a constant group, the expected value is
+the exact one, 0. Inputs are float32 values; the references evaluate those
+same values in float64.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import checkify
+
+import rewardnorm_jax as rn
+from tests import group_reference as reference
+
+SUPPORTED = {
+    "exact": (
+        "grpo",
+        "dr_grpo",
+        "batch_std",
+        "rloo",
+        "opo",
+        "reinforce_pp_baseline",
+        "gdpo",
+    ),
+    "trl": ("grpo", "dr_grpo", "batch_std", "rloo", "gdpo"),
+    "verl": ("grpo", "dr_grpo", "rloo", "opo", "reinforce_pp_baseline", "gdpo"),
+    "tunix": ("grpo", "dr_grpo", "rloo"),
+    "openrlhf": ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"),
+}
+PAIRS = [(est, conv) for conv, estimators in SUPPORTED.items() for est in estimators]
+REFUSES_SINGLETONS = ("tunix", "openrlhf")
+WEIGHTS = (1.0, 0.5)
+
+
+def exact(rewards, ids, num_groups, *, estimator, lengths=None, weights=None):
+    """The library's convention: no epsilon, NaN left out and passed through, singletons 0."""
+    if estimator == "gdpo":
+        weights = np.ones(rewards.shape[1]) if weights is None else np.asarray(weights)
+        scores = np.stack(
+            [exact(rewards[:, k], ids, num_groups, estimator="grpo") for k in range(len(weights))],
+            axis=1,
+        )
+        total = scores @ weights
+        return _standardized(total, np.isfinite(total))
+    out = np.full(rewards.shape, np.nan)
+    valid = np.isfinite(rewards)
+    batch_std = np.std(rewards[valid], ddof=1) if valid.sum() > 1 else np.nan
+    for g in range(num_groups):
+        members = (ids == g) & valid
+        r = rewards[members]
+        if r.size == 0:
+            continue
+        if estimator == "opo":
+            length = lengths[members]
+            deviation = r - (length * r).sum() / length.sum()
+        else:
+            deviation = r - r.mean()
+        if r.size == 1 or np.all(r == r[0]):
+            out[members] = 0.0
+        elif estimator == "grpo":
+            out[members] = deviation / np.std(r, ddof=1)
+        elif estimator == "batch_std":
+            out[members] = deviation / batch_std
+        elif estimator == "rloo":
+            out[members] = deviation * r.size / (r.size - 1)
+        else:
+            out[members] = deviation
+    return out
+
+
+def _standardized(values, valid):
+    out = np.full(values.shape, np.nan)
+    v = values[valid]
+    out[valid] = 0.0 if v.size < 2 or np.all(v == v[0]) else (v - v.mean()) / np.std(v, ddof=1)
+    return out
+
+
+def expected(rewards, ids, num_groups, estimator, convention, lengths=None, weights=None):
+    """The float64 reference of ``convention``, constant groups at their exact value."""
+    rewards64 = np.asarray(rewards, np.float64)
+    kwargs = {"lengths": lengths, "weights": weights}
+    if convention == "exact":
+        return exact(rewards64, ids, num_groups, estimator=estimator, **kwargs)
+    name = "drgrpo" if estimator == "dr_grpo" else estimator
+    if convention == "tunix":  # the estimator functions, which the library's convention follows
+        out = reference.tunix(rewards64, ids, num_groups, name, raw=True)
+    else:
+        out = reference.advantages(
+            rewards64, ids, num_groups, estimator=name, convention=convention, **kwargs
+        )
+    if estimator not in ("gdpo", "batch_std"):  # their batch step has no constant groups here
+        for g in range(num_groups):
+            r = rewards64[ids == g]
+            if r.size > 1 and np.all(r == r[0]):  # also: no NaN in the group
+                out[ids == g] = 0.0
+    return out
+
+
+def make_rewards(rng, num_prompts, group_size, *, nan=False, functions=0):
+    """Float32 rewards in contiguous groups: random, 0/1, constant and near-constant groups."""
+    kinds = rng.integers(0, 5, num_prompts)
+    base = rng.choice(np.array([0.7, 1000 / 7, 3.0, -250.3, 1e4], np.float32), num_prompts)
+    noise = rng.standard_normal((num_prompts, group_size))
+    spread = np.select([kinds == 0, kinds == 1, kinds == 2], [1.0, 1e-5 * np.abs(base), 0.0], 1.0)
+    rewards = base[:, None] + spread[:, None] * noise
+    rewards = np.where((kinds == 3)[:, None], rng.integers(0, 2, rewards.shape), rewards)
+    rewards = np.where((kinds == 4)[:, None], rng.standard_normal(rewards.shape), rewards)
+    rewards = rewards.astype(np.float32).ravel()
+    if functions:
+        rewards = np.stack([rewards, rng.permutation(rewards)], axis=1)
+    if nan:
+        rows = rng.random(rewards.shape[0]) < 0.05
+        rewards[rows] = np.nan
+    return rewards
+
+
+def ragged_ids(rng, num_answers, num_groups):
+    """Ids in any order, some unused, groups of uneven sizes (some of one answer)."""
+    used = rng.choice(num_groups, size=max(1, num_groups // 2), replace=False)
+    return rng.choice(used, size=num_answers).astype(np.int32)
+
+
+def assert_close(got, want, tolerance):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    both = ~np.isnan(want)
+    error = np.abs(got[both] - want[both]) / (np.abs(want[both]) + 1)
+    assert error.size == 0 or error.max() <= tolerance, error.max()
+
+
+def lengths_for(rng, num_answers):
+    return rng.integers(1, 200, num_answers).astype(np.float32)
+
+
+@pytest.mark.parametrize(("estimator", "convention"), PAIRS)
+@pytest.mark.parametrize("group_size", [1, 2, 3, 7, 16, 64])
+def test_contiguous_groups_match_the_reference_in_float32(estimator, convention, group_size):
+    if group_size == 1 and convention in REFUSES_SINGLETONS:
+        pytest.skip("the trainer refuses groups of one (tested below)")
+    rng = np.random.default_rng(group_size)
+    rewards = make_rewards(rng, 64, group_size, functions=2 if estimator == "gdpo" else 0)
+    lengths = lengths_for(rng, len(rewards)) if estimator == "opo" else None
+    weights = WEIGHTS if estimator == "gdpo" else None
+    estimate = rn.group_advantages(
+        estimator, convention=convention, group_size=group_size, reward_weights=weights
+    )
+    out = jax.jit(estimate.apply)(rewards, lengths=lengths)
+    ids = np.arange(len(rewards)) // group_size
+    want = expected(rewards, ids, 64, estimator, convention, lengths, weights)
+    assert out.advantages.dtype == jnp.float32
+    assert_close(out.advantages, want, 1e-5)
+
+
+@pytest.mark.parametrize(("estimator", "convention"), PAIRS)
+def test_ragged_ids_with_nan_rewards_match_the_reference(estimator, convention):
+    rng = np.random.default_rng(7)
+    rewards = make_rewards(rng, 40, 8, nan=True, functions=2 if estimator == "gdpo" else 0)
+    ids = ragged_ids(rng, len(rewards), 60)
+    lengths = lengths_for(rng, len(rewards)) if estimator == "opo" else None
+    weights = WEIGHTS if estimator == "gdpo" else None
+    estimate = rn.group_advantages(
+        estimator, convention=convention, num_groups=60, reward_weights=weights
+    )
+    out = jax.jit(estimate.apply)(rewards, group_ids=ids, lengths=lengths)
+    if convention in REFUSES_SINGLETONS:  # the trainer refuses them; the library gives NaN
+        counts = np.bincount(ids, minlength=60)[ids]
+        assert np.isnan(np.asarray(out.advantages)[counts == 1]).all()
+        keep = counts > 1
+        ids = np.where(keep, ids, -1)
+        rewards, out_advantages = rewards[keep], np.asarray(out.advantages)[keep]
+        ids = ids[keep]
+    else:
+        out_advantages = out.advantages
+    want = expected(rewards, ids, 60, estimator, convention, lengths, weights)
+    assert_close(out_advantages, want, 1e-5)
+
+
+@pytest.mark.parametrize(("estimator", "convention"), PAIRS)
+def test_float64_matches_the_reference_at_1e_10(estimator, convention):
+    rng = np.random.default_rng(3)
+    with jax.enable_x64(True):
+        rewards = make_rewards(rng, 30, 5, nan=True, functions=2 if estimator == "gdpo" else 0)
+        rewards = rewards.astype(np.float64)
+        lengths = lengths_for(rng, len(rewards)) if estimator == "opo" else None
+        weights = WEIGHTS if estimator == "gdpo" else None
+        estimate = rn.group_advantages(
+            estimator, convention=convention, group_size=5, reward_weights=weights
+        )
+        out = jax.jit(estimate.apply)(rewards, lengths=lengths)
+        assert out.advantages.dtype == jnp.float64
+    ids = np.arange(len(rewards)) // 5
+    assert_close(
+        out.advantages, expected(rewards, ids, 30, estimator, convention, lengths, weights), 1e-10
+    )
+
+
+@pytest.mark.parametrize("convention", list(SUPPORTED))
+@pytest.mark.parametrize("value", [0.7, 1000 / 7, 1e4 / 3, -3.3, 0.1])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_constant_groups_give_exactly_zero(convention, value, dtype):
+    with jax.enable_x64(dtype == "float64"):
+        rewards = np.full(7 * 16, value, dtype)
+        for estimator in ("grpo", "rloo", "dr_grpo"):
+            out = rn.group_advantages(estimator, convention=convention, group_size=7).apply(rewards)
+            assert np.all(np.asarray(out.advantages) == 0), (estimator, out.advantages)
+            assert np.all(np.asarray(out.zero_variance))
+
+
+def test_upstream_formula_leaves_a_residue_where_the_library_gives_zero():
+    """Seven float32 rewards of 1000/7: the plain formula's residue, next to the library's 0."""
+    rewards = jnp.full(7, 1000 / 7, jnp.float32)
+    plain = (rewards - rewards.mean()) / (jnp.std(rewards, ddof=1) + 1e-6)
+    assert np.abs(np.asarray(plain)).max() > 0.1
+    out = rn.group_advantages("grpo", convention="verl", group_size=7).apply(rewards)
+    np.testing.assert_array_equal(out.advantages, 0.0)
+
+
+def test_near_constant_groups_are_computed_well():
+    rng = np.random.default_rng(0)
+    base = np.float32(1000 / 7)
+    rewards = (base * (1 + 1e-5 * rng.standard_normal((512, 16)))).astype(np.float32).ravel()
+    out = rn.group_advantages("grpo", group_size=16).apply(rewards)
+    ids = np.arange(rewards.size) // 16
+    assert_close(
+        out.advantages, exact(rewards.astype(np.float64), ids, 512, estimator="grpo"), 1e-5
+    )
+    assert not np.asarray(out.zero_variance).any()
+
+
+def test_zero_variance_marks_the_groups_without_spread():
+    rewards = np.array(
+        [1, 1, 1, 1, 0, 1, 0, 1, 2, np.nan, 2, 2, 5, np.nan, np.nan, np.nan], np.float32
+    )
+    out = rn.group_advantages("grpo", group_size=4).apply(rewards)
+    np.testing.assert_array_equal(out.zero_variance, [True] * 4 + [False] * 4 + [True] * 8)
+    np.testing.assert_array_equal(np.isnan(out.advantages), np.isnan(rewards))
+
+
+def test_large_batch_and_vmap_match_one_call_at_a_time():
+    rng = np.random.default_rng(1)
+    rewards = make_rewards(rng, 4096, 16)  # B = 65,536
+    estimate = rn.group_advantages("grpo", convention="trl", group_size=16)
+    out = jax.jit(estimate.apply)(rewards)
+    ids = np.arange(rewards.size) // 16
+    assert_close(out.advantages, expected(rewards, ids, 4096, "grpo", "trl"), 1e-5)
+    batches = rewards.reshape(4, -1)
+    stacked = jax.jit(jax.vmap(estimate.apply))(batches)
+    for k in range(4):
+        assert_close(stacked.advantages[k], estimate.apply(batches[k]).advantages, 1e-6)
+
+
+def test_ragged_equals_contiguous_for_contiguous_ids():
+    rng = np.random.default_rng(2)
+    rewards = make_rewards(rng, 32, 8, nan=True)
+    ids = np.arange(rewards.size) // 8
+    order = rng.permutation(rewards.size)
+    for convention in SUPPORTED:
+        contiguous = rn.group_advantages("grpo", convention=convention, group_size=8)
+        ragged = rn.group_advantages("grpo", convention=convention, num_groups=32)
+        want = contiguous.apply(rewards).advantages
+        got = ragged.apply(rewards[order], group_ids=ids[order]).advantages
+        assert_close(np.asarray(got), np.asarray(want)[order], 1e-6)
+
+
+def test_axis_name_under_vmap_equals_the_gathered_batch():
+    """Vmap with an axis name stands in for devices: batch statistics and split groups."""
+    rng = np.random.default_rng(4)
+    rewards = make_rewards(rng, 16, 8)
+    ids = ragged_ids(rng, rewards.size, 20)
+    parts = 4
+    for estimator in ("batch_std", "grpo"):
+        whole = rn.group_advantages(estimator, group_size=8).apply(rewards)
+        split = rn.group_advantages(estimator, group_size=8, axis_name="d")
+        got = jax.vmap(split.apply, axis_name="d")(rewards.reshape(parts, -1))
+        assert_close(np.asarray(got.advantages).ravel(), whole.advantages, 1e-6)
+    whole = rn.group_advantages("grpo", num_groups=20).apply(rewards, group_ids=ids)
+    spanning = rn.group_advantages("grpo", num_groups=20, axis_name="d", groups_span_devices=True)
+    got = jax.vmap(lambda r, i: spanning.apply(r, group_ids=i), axis_name="d")(
+        rewards.reshape(parts, -1), ids.reshape(parts, -1)
+    )
+    assert_close(np.asarray(got.advantages).ravel(), whole.advantages, 1e-6)
+    np.testing.assert_array_equal(np.asarray(got.zero_variance).ravel(), whole.zero_variance)
+
+
+def test_integer_and_boolean_rewards_are_taken_as_floats():
+    correct = np.array([1, 0, 0, 1, 1, 1, 1, 1])
+    estimate = rn.group_advantages("grpo", group_size=4)
+    want = estimate.apply(correct.astype(np.float32)).advantages
+    for rewards in (correct, correct.astype(bool), correct.astype(np.uint8)):
+        out = estimate.apply(rewards)
+        assert jnp.issubdtype(out.advantages.dtype, jnp.floating)
+        np.testing.assert_allclose(out.advantages, want)
+
+
+def test_opo_weights_by_length():
+    rewards = np.array([1, 0, 0, 0], np.float32)
+    lengths = np.array([3, 1, 1, 1], np.float32)
+    out = rn.group_advantages("opo", group_size=4).apply(rewards, lengths=lengths)
+    np.testing.assert_allclose(out.advantages, [0.5, -0.5, -0.5, -0.5])
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"estimator": "ppo", "group_size": 4}, r"estimator should be one of 'grpo'"),
+        ({"convention": "nemo", "group_size": 4}, r"convention should be one of 'exact'"),
+        ({"estimator": "opo", "convention": "trl", "group_size": 4}, r"has no estimator 'opo'"),
+        ({}, r"exactly one of group_size"),
+        ({"group_size": 4, "num_groups": 3}, r"exactly one of group_size"),
+        ({"group_size": 0}, r"group_size should be an integer >= 1"),
+        ({"convention": "openrlhf", "group_size": 1}, r"group_size should be an integer >= 2"),
+        ({"num_groups": 4, "axis_name": "d"}, r"groups_span_devices=True"),
+        ({"group_size": 4, "groups_span_devices": True}, r"groups_span_devices=True is for"),
+        ({"group_size": 4, "reward_weights": (1.0,)}, r"reward_weights is for estimator='gdpo'"),
+        ({"estimator": "gdpo", "group_size": 4, "reward_weights": ()}, r"non-empty sequence"),
+    ],
+)
+def test_options_are_checked(options, message):
+    options = dict(options)
+    estimator = options.pop("estimator", "grpo")
+    with pytest.raises(ValueError, match=message):
+        rn.group_advantages(estimator, **options)
+
+
+def test_inputs_are_checked():
+    contiguous = rn.group_advantages("grpo", group_size=4)
+    with pytest.raises(ValueError, match=r"6 answers, not a multiple of group_size=4"):
+        contiguous.apply(np.zeros(6))
+    with pytest.raises(ValueError, match=r"group_ids was given"):
+        contiguous.apply(np.zeros(8), group_ids=np.zeros(8, int))
+    with pytest.raises(TypeError, match=r"rewards should hold real numbers"):
+        contiguous.apply(np.zeros(8, complex))
+    with pytest.raises(ValueError, match=r"rewards has shape \(2, 4\)"):
+        contiguous.apply(np.zeros((2, 4)))
+    ragged = rn.group_advantages("grpo", num_groups=3)
+    with pytest.raises(ValueError, match=r"group_ids is missing"):
+        ragged.apply(np.zeros(4))
+    with pytest.raises(
+        ValueError, match=r"group ids should be in \[0, 3\) \(num_groups=3\), got \[3\]"
+    ):
+        ragged.apply(np.zeros(4), group_ids=np.array([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"group_ids has shape \(3,\); expected \(4,\)"):
+        ragged.apply(np.zeros(4), group_ids=np.array([0, 1, 2]))
+    with pytest.raises(TypeError, match=r"group_ids should be integer ids"):
+        ragged.apply(np.zeros(4), group_ids=np.zeros(4))
+    opo = rn.group_advantages("opo", group_size=2)
+    with pytest.raises(ValueError, match=r"lengths has shape \(3,\); expected \(4,\)"):
+        opo.apply(np.zeros(4), lengths=np.ones(3))
+    with pytest.raises(ValueError, match=r"lengths is missing"):
+        opo.apply(np.zeros(4))
+    with pytest.raises(ValueError, match=r"lengths holds -1.0; expected lengths >= 0"):
+        opo.apply(np.zeros(4), lengths=np.array([1.0, -1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"lengths was given"):
+        contiguous.apply(np.zeros(4), lengths=np.ones(4))
+    gdpo = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 2.0, 3.0))
+    with pytest.raises(ValueError, match=r"2 reward functions .* reward_weights has 3"):
+        gdpo.apply(np.zeros((4, 2)))
+
+
+def test_traced_ids_out_of_range_are_a_checkify_error():
+    ragged = rn.group_advantages("grpo", num_groups=3)
+    checked = checkify.checkify(jax.jit(lambda r, i: ragged.apply(r, group_ids=i)))
+    error, out = checked(jnp.zeros(4), jnp.array([0, 1, 2, 5]))
+    with pytest.raises(checkify.JaxRuntimeError, match=r"group ids should be in \[0, 3\)"):
+        error.throw()
+    assert np.isnan(out.advantages[3])
