@@ -2,7 +2,8 @@
 
 Reward normalization (running statistics of the discounted return), clipping,
 scaling and arbitrary transforms as pure ``init`` / ``update`` / ``apply`` /
-``step`` functions over immutable state pytrees, and PopArt for value targets.
+``step`` functions over immutable state pytrees, PopArt for value targets, and
+group-relative advantages (GRPO and kin) for RL on language models.
 Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
 The public API is what this module exports; ``rewardnorm_jax._src`` is not API.

@@ -10,7 +10,8 @@ device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
   ``NamedSharding``-sharded inputs on 1, 2, 4 and 8 devices, for the three
   semantics (in float32 also with ``decay`` and ``g_max``); ``gymnax`` runs the
   gymnax adapter under ``shard_map``; ``large_batch`` one update past float32's
-  exact count; ``keyed`` per-task statistics on 2 and 8 devices. It prints one
+  exact count; ``keyed`` per-task statistics on 2 and 8 devices; ``groups``
+  group advantages on 2 devices. It prints one
   JSON object: for every run, the largest deviation from the single-device run
   and whether every participant ended with bit-identical statistics.
 * ``python -m tests._multidevice_worker distributed PORT PROCESS_ID`` is one of two
@@ -23,6 +24,7 @@ Nothing runs at import (pytest imports this module to collect doctests).
 import json
 import sys
 from functools import partial
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -568,6 +570,80 @@ def distributed(port: int, process_id: int) -> dict:
         jax.distributed.shutdown()
 
 
+def group_runs() -> dict:
+    """Group advantages inside ``shard_map`` on 2 devices, against one device on the whole batch.
+
+    Batch statistics (``batch_std``, TRL's ``gdpo``) with contiguous groups;
+    ragged ids whose groups have answers on both devices
+    (``groups_span_devices=True``); ids that each device numbers on its own
+    (``groups_span_devices=False``); and a contiguous group split across the
+    devices, which is refused. Each row: the largest deviation, whether NaN
+    and the zero-variance flags match exactly.
+    """
+    mesh = Mesh(np.array(jax.devices()[:2]), ("device",))
+    rng = np.random.default_rng(0)
+    rewards = rng.standard_normal(64).astype(np.float32)
+    rewards[8:16] = np.float32(1000 / 7)  # a constant group
+    rewards[[3, 40]] = np.nan
+    two = np.stack([rewards, rng.standard_normal(64).astype(np.float32)], axis=1)
+    ids = rng.integers(0, 12, 64).astype(np.int32)  # most groups on both devices
+    local_ids = rng.integers(0, 6, 64).astype(np.int32)  # numbered per device
+    as_one = local_ids + 6 * (np.arange(64) // 32)  # device k's group g is group g + 6 k
+    contiguous: dict[str, tuple[dict[str, Any], np.ndarray]] = {
+        "batch_std": ({"estimator": "batch_std", "group_size": 8}, rewards),
+        "gdpo_trl": ({"estimator": "gdpo", "convention": "trl", "group_size": 8}, two),
+    }
+    result: dict[str, dict | str] = {}
+    for name, (options, values) in contiguous.items():
+        want = jax.jit(rn.group_advantages(**options).apply)(values)
+        many = rn.group_advantages(**options, axis_name="device")
+        fn = jax.shard_map(many.apply, mesh=mesh, in_specs=P("device"), out_specs=P("device"))
+        result[f"groups/{name}"] = _group_deviation(jax.jit(fn)(values), want)
+    ragged: dict[str, tuple[dict[str, Any], np.ndarray, np.ndarray, bool]] = {
+        "grpo_span": ({"estimator": "grpo", "num_groups": 12}, ids, ids, True),
+        "rloo_verl_span": (
+            {"estimator": "rloo", "convention": "verl", "num_groups": 12},
+            ids,
+            ids,
+            True,
+        ),
+        "grpo_local": ({"estimator": "grpo", "num_groups": 6}, local_ids, as_one, False),
+    }
+    for name, (options, device_ids, whole_ids, span) in ragged.items():
+        one = rn.group_advantages(**{**options, "num_groups": 12})
+        want = jax.jit(one.apply)(rewards, group_ids=whole_ids)
+        many = rn.group_advantages(**options, axis_name="device", groups_span_devices=span)
+        fn = jax.shard_map(
+            partial(_apply_with_ids, many),
+            mesh=mesh,
+            in_specs=(P("device"), P("device")),
+            out_specs=P("device"),
+        )
+        result[f"groups/{name}"] = _group_deviation(jax.jit(fn)(rewards, device_ids), want)
+    split = rn.group_advantages("grpo", group_size=64, axis_name="device")
+    fn = jax.shard_map(split.apply, mesh=mesh, in_specs=P("device"), out_specs=P("device"))
+    try:
+        jax.jit(fn)(rewards)
+        result["groups/split_contiguous"] = "accepted"
+    except ValueError as error:
+        result["groups/split_contiguous"] = str(error)
+    return result
+
+
+def _apply_with_ids(estimate, rewards, group_ids):
+    return estimate.apply(rewards, group_ids=group_ids)
+
+
+def _group_deviation(got, want) -> dict:
+    got_adv, want_adv = np.asarray(got.advantages), np.asarray(want.advantages)
+    finite = ~np.isnan(want_adv)
+    return {
+        "advantages": deviation(got_adv[finite], want_adv[finite]),
+        "nan_match": bool(np.array_equal(np.isnan(got_adv), ~finite)),
+        "zero_variance_match": bool(np.array_equal(got.zero_variance, want.zero_variance)),
+    }
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "matrix":
         sections = {
@@ -577,6 +653,7 @@ if __name__ == "__main__":
             "large_batch": lambda: {"large_batch/float32/8": large_batch()},
             "keyed": lambda: keyed("float32") | keyed("float64"),
             "popart": popart_runs,
+            "groups": group_runs,
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

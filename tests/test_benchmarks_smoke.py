@@ -43,7 +43,13 @@ def run_main(module_name, argv, capsys) -> str:
 
 # The frameworks each script compares with: stream.py (and scaling.py, which reuses its
 # streams) Gymnasium's vector wrapper, rollout.py a gymnax environment.
-NEEDS = {"stream": "gymnasium", "rollout": "gymnax", "scaling": "gymnasium", "streams": None}
+NEEDS = {
+    "stream": "gymnasium",
+    "rollout": "gymnax",
+    "scaling": "gymnasium",
+    "streams": None,
+    "group_advantages": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -143,3 +149,17 @@ def test_streams(capsys):
     ]
     for row in rows:
         assert_positive_numbers(row[2:])
+
+
+def test_group_advantages(capsys):
+    out = run_main(
+        "group_advantages", ["--shapes", "16x4", "4x16", "--repeats", "2", "--markdown"], capsys
+    )
+    rows = table_rows(out)
+    variants = ["plain", "grpo exact", "grpo tunix", "plain ragged", "grpo ragged"]
+    assert [(row[0], row[1]) for row in rows] == [
+        (shape, name) for shape in ("16x4", "4x16") for name in variants
+    ]
+    for row in rows:
+        assert_positive_numbers(row[2:5])
+        assert float(row[5]) <= 1e-4  # the largest deviation from the plain formula

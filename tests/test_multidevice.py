@@ -83,7 +83,7 @@ def _result(proc: subprocess.Popen) -> dict:
 def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
-        _start("matrix", "float32", "popart", devices=8),
+        _start("matrix", "float32", "popart", "groups", devices=8),
         _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", devices=8),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
@@ -204,3 +204,21 @@ def test_popart_merges_across_devices(runs, parts):
     assert np.sum(row["count"]) == 48 * 24, row
     assert row["stats"] <= TOLERANCE["float32"], row
     assert row["layer"] <= TOLERANCE["float32"], row
+
+
+@pytest.mark.parametrize(
+    "case", ["batch_std", "gdpo_trl", "grpo_span", "rloo_verl_span", "grpo_local"]
+)
+def test_group_advantages_across_devices_equal_the_gathered_batch(runs, case):
+    # shard_map on 2 devices: batch statistics over both, groups split across them
+    # (groups_span_devices=True) or numbered per device (False), as one device on all answers.
+    row = runs["matrix"][f"groups/{case}"]
+    assert row["advantages"] <= TOLERANCE["float32"], row
+    assert row["nan_match"], row
+    assert row["zero_variance_match"], row
+
+
+def test_a_contiguous_group_split_across_devices_is_refused(runs):
+    message = runs["matrix"]["groups/split_contiguous"]
+    assert "32 answers, not a multiple of group_size=64" in message, message
+    assert "this device's batch must hold whole groups" in message, message

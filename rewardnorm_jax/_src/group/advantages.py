@@ -143,30 +143,105 @@ def group_advantages(
     reward_weights=None,
     axis_name=None,
 ) -> GroupAdvantageEstimator:
-    """An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
+    r"""An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
+
+    RL for language models samples :math:`G` answers per prompt and scores each
+    answer against its group (the formulas are in
+    :mod:`~rewardnorm_jax._src.group.advantages`). ``apply(rewards, *,
+    group_ids=None, lengths=None)`` returns a :class:`GroupAdvantages`: the
+    advantages, and ``zero_variance``, True for every answer of a group whose
+    valid rewards are all equal (DAPO's dynamic sampling drops those groups;
+    a loss may leave them out of its denominator).
+
+    A convention is one trainer's formula in exact arithmetic:
+
+    ============  =====  ========  ======================  =======================
+    convention    ddof   epsilon   a group of one          a NaN reward
+    ============  =====  ========  ======================  =======================
+    ``exact``     1      none      0                       left out; its advantage NaN
+    ``trl``       1      1e-4      0                       left out; its advantage 0
+    ``verl``      1      1e-6      mean 0, std 1: keeps r  its group's advantages NaN
+    ``tunix``     1      1e-6      refused (NaN if ragged) its group's advantages NaN
+    ``openrlhf``  1      1e-9      refused (NaN if ragged) its group's advantages NaN
+    ============  =====  ========  ======================  =======================
+
+    The epsilon is added to the standard deviation. A constant group gives
+    exactly 0 in every convention, in float32 as in float64: the library
+    detects it, where the trainers' float32 code leaves residues up to 0.99.
+    Every other value is within about 1e-6 (relative to ``|A| + 1``) of the
+    convention evaluated in float64 on the same inputs, near-constant groups
+    included (the statistics are sums of deviations from a value of the group,
+    :mod:`~rewardnorm_jax._src.group.moments`). Non-finite rewards count as NaN.
+    Integer and boolean rewards (0/1 correctness) are taken as floats;
+    advantages are floating, at least float32.
+
+    The trainers' estimators: TRL has ``grpo`` (``scale_rewards="group"``),
+    ``dr_grpo`` (``"none"``), ``batch_std`` (``"batch"``), ``rloo`` and ``gdpo``
+    (``multi_objective_aggregation="normalize_then_sum"``); verl ``grpo``,
+    ``dr_grpo`` (``norm_adv_by_std_in_grpo=False``), ``rloo``, ``opo``,
+    ``reinforce_pp_baseline`` and ``gdpo``, the last two before their
+    token-level whitening; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and
+    ``rloo``; OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
+    ``reinforce_pp_baseline`` (its ``reinforce_baseline``, before whitening).
+    ``exact`` has them all.
 
     Args:
       estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
-        ``"opo"``, ``"reinforce_pp_baseline"`` or ``"gdpo"`` (the formulas
-        are in this module's docstring).
+        ``"opo"``, ``"reinforce_pp_baseline"`` or ``"gdpo"``.
       convention: ``"exact"`` (the library's), or one trainer's:
         ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
-      group_size: contiguous groups: answers ``[k G, (k + 1) G)`` of the batch
-        answer prompt ``k``.
-      num_groups: ragged groups: ``apply`` takes ``group_ids`` in
-        ``[0, num_groups)``, in any order, some unused.
-      groups_span_devices: with ``num_groups`` and an ``axis_name`` only:
-        whether an id names one group on every device.
+      group_size: contiguous groups (Tunix, OpenRLHF): answers
+        ``[k G, (k + 1) G)`` answer prompt ``k``. With an ``axis_name``, each
+        device's batch must hold whole groups (an error otherwise).
+      num_groups: ragged groups (verl's ``uid``, dynamic sampling): ``apply``
+        takes ``group_ids`` in ``[0, num_groups)``, in any order, some unused.
+      groups_span_devices: with ``num_groups`` and an ``axis_name`` (and only
+        then, where it is required): True if an id names one group on every
+        device (its statistics are summed across the axis), False if each
+        device numbers its own groups.
       reward_weights: ``gdpo`` only: a weight per reward function (default 1).
       axis_name: the axis of the devices that hold the batch (inside
-        ``shard_map``, ``pmap`` or ``vmap``): batch statistics, and groups
-        that span devices, are computed over all of them.
+        ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
+        ``gdpo``), and groups that span devices, are computed over all of them.
 
     Returns:
-      A :class:`GroupAdvantageEstimator`.
+      A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
+      ``vmap`` and ``shard_map``.
 
     Raises:
-      ValueError: naming an option, its value and what is valid.
+      ValueError: naming an option, its value and what is valid; ``apply``
+        raises for inputs of the wrong shape, a batch that is not a multiple
+        of ``group_size``, and concrete ids outside ``[0, num_groups)`` (traced
+        ids out of range are a ``checkify`` error, and their answers get NaN).
+
+    Examples:
+      Contiguous groups of 4 answers, 0/1 correctness rewards:
+
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> grpo = rn.group_advantages("grpo", group_size=4)
+      >>> out = grpo.apply(np.array([1, 0, 0, 1, 1, 1, 1, 1]))
+      >>> [round(a, 4) for a in out.advantages.tolist()]
+      [0.866, -0.866, -0.866, 0.866, 0.0, 0.0, 0.0, 0.0]
+      >>> out.zero_variance.tolist()
+      [False, False, False, False, True, True, True, True]
+
+      Ragged group ids, in verl's convention:
+
+      >>> rloo = rn.group_advantages("rloo", convention="verl", num_groups=3)
+      >>> out = rloo.apply(np.array([1.0, 2.0, 0.5, 3.0]), group_ids=np.array([2, 0, 2, 0]))
+      >>> out.advantages.tolist()
+      [0.5, -1.0, -0.5, 1.0]
+
+    References:
+      Shao et al, `DeepSeekMath (GRPO) <https://arxiv.org/abs/2402.03300>`_, 2024;
+      Liu et al, `Understanding R1-Zero-Like Training (Dr. GRPO)
+      <https://arxiv.org/abs/2503.20783>`_, 2025; Ahmadian et al, `Back to Basics
+      (RLOO) <https://arxiv.org/abs/2402.14740>`_, 2024; Hao et al, On-Policy RL
+      with Optimal Reward Baseline (OPO), 2025; Hu, `REINFORCE++
+      <https://arxiv.org/abs/2501.03262>`_, 2025; GDPO as TRL
+      (``trl/trainer/grpo_trainer.py``) and verl (``verl/trainer/ppo/core_algos.py``)
+      implement it.
     """
     config = GroupAdvantageConfig.checked(
         estimator,
@@ -188,36 +263,42 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
     """The advantages of checked inputs: floating ``rewards``, int32 ``group_ids`` or None."""
     rules = CONVENTIONS[config.convention]
     groups = _layout(config, group_ids)
-    valid = jnp.isfinite(rewards)
     if config.estimator == "gdpo":
-        return _gdpo(config, rules, groups, rewards, valid)
-    stats = moments(groups, rewards, valid, lengths if config.estimator == "opo" else None)
+        return _gdpo(config, rules, groups, rewards)
+    values = groups.grouped(rewards)
+    valid = jnp.isfinite(values)
+    weights = None if lengths is None else groups.grouped(lengths)
+    stats = moments(groups, values, valid, weights)
     count = groups.rows(stats.valid_count)
-    advantages = deviations(groups, stats, rewards)
+    advantages = deviations(groups, stats, values)
     if config.estimator == "grpo":
         advantages = advantages / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
     elif config.estimator == "batch_std":
         whole = layouts.Whole(config.axis_name)
-        batch_std = _std(moments(whole, rewards, valid), rules.ddof)
+        batch_std = _std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
         advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
     elif config.estimator == "rloo":
         advantages = advantages * (count / (count - 1))
-    advantages = _settle(rules, config.estimator, groups, stats, rewards, advantages)
-    return GroupAdvantages(_invalid(rules, groups, valid, advantages), _zero(groups, stats))
+    advantages = _settle(rules, config.estimator, groups, stats, values, advantages)
+    advantages = _invalid(rules, groups, stats, valid, advantages)
+    return GroupAdvantages(groups.flat(advantages), groups.flat(_zero(groups, stats, valid)))
 
 
-def _gdpo(config, rules: Convention, groups, rewards, valid) -> GroupAdvantages:
+def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     """Each reward function standardized in its group, summed with weights, then over the batch."""
-    stats = moments(groups, rewards, valid)
-    scores = deviations(groups, stats, rewards)
+    values = groups.grouped(rewards)
+    valid = jnp.isfinite(values)
+    stats = moments(groups, values, valid)
+    scores = deviations(groups, stats, values)
     scores = scores / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
-    scores = _settle(rules, "grpo", groups, stats, rewards, scores)
-    scores = _invalid(rules, groups, valid, scores)
+    scores = _settle(rules, "grpo", groups, stats, values, scores)
+    scores = _invalid(rules, groups, stats, valid, scores)
     weights = config.reward_weights or (1.0,) * rewards.shape[1]
     total = scores @ jnp.asarray(weights, rewards.dtype)
     if rules.invalid == "zeroed":  # an answer is left out where no reward function scored it
-        total = jnp.where(valid.any(axis=1), total, jnp.nan)
-    zero_variance = _zero(groups, stats).all(axis=1)
+        total = jnp.where(valid.any(axis=-1), total, jnp.nan)
+    total = groups.flat(total)
+    zero_variance = groups.flat(_zero(groups, stats, valid).all(axis=-1))
     if config.convention == "verl":  # the batch's whitening comes after, over tokens
         return GroupAdvantages(total, zero_variance)
     whole = layouts.Whole(config.axis_name)
@@ -227,7 +308,7 @@ def _gdpo(config, rules: Convention, groups, rewards, valid) -> GroupAdvantages:
         whole.rows(_std(batch, rules.ddof)) + rules.epsilon
     )
     advantages = jnp.where(whole.rows(batch.constant), 0, advantages)
-    return GroupAdvantages(_invalid(rules, whole, summed, advantages), zero_variance)
+    return GroupAdvantages(_invalid(rules, whole, batch, summed, advantages), zero_variance)
 
 
 def _std(stats: Moments, ddof: int) -> jax.Array:
@@ -248,18 +329,19 @@ def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, 
     return jnp.where(count == 1, jnp.nan, advantages)  # "refused"
 
 
-def _invalid(rules: Convention, groups, valid, advantages) -> jax.Array:
+def _invalid(rules: Convention, groups, stats: Moments, valid, advantages) -> jax.Array:
     """The advantages of invalid rewards (and of their groups) as the convention has them."""
     if rules.invalid == "dropped":
         return jnp.where(valid, advantages, jnp.nan)
     if rules.invalid == "zeroed":
         return jnp.where(valid, advantages, 0)
-    (missing,) = groups.sums((~valid).astype(advantages.dtype))  # "spreads"
-    return jnp.where(groups.rows(missing > 0), jnp.nan, advantages)
+    incomplete = stats.valid_count < groups.answers(advantages)  # "spreads"
+    return jnp.where(groups.rows(incomplete), jnp.nan, advantages)
 
 
-def _zero(groups, stats: Moments) -> jax.Array:
-    return groups.rows(stats.constant)
+def _zero(groups, stats: Moments, valid: jax.Array) -> jax.Array:
+    """Each answer's flag: its group's valid rewards are all equal."""
+    return jnp.broadcast_to(groups.rows(stats.constant), valid.shape)
 
 
 def _layout(config: GroupAdvantageConfig, group_ids):

@@ -1,9 +1,10 @@
 """Where each answer's group is: contiguous groups, ragged ids, or the whole batch.
 
-A layout reduces per-answer values to per-group totals and gathers per-group
-values back to the answers. With an ``axis_name``, the totals of a group whose
-answers sit on several devices are reduced across that axis, so that every
-device sees the whole group's totals:
+A layout holds per-answer values as it groups them (``grouped`` / ``flat``),
+reduces them to per-group totals (``sums``), and reads per-group values back
+at the answers (``rows``, broadcastable against the grouped values). With an
+``axis_name``, the totals of a group whose answers sit on several devices are
+reduced across that axis, so that every device sees the whole group's totals:
 
 * :class:`Contiguous`: answers ``[k G, (k + 1) G)`` form group ``k`` (Tunix,
   OpenRLHF). Every group lies on one device, so nothing crosses devices.
@@ -31,7 +32,13 @@ its entries one after another, so its rounding error grows with their number."""
 
 @dataclasses.dataclass(frozen=True)
 class Contiguous:
-    """Groups of ``size`` consecutive answers, each on one device."""
+    """Groups of ``size`` consecutive answers, each on one device.
+
+    Values are held grouped, ``(P, size, ...)``: every per-answer expression
+    then reads its group's totals as a broadcast, and the compiler fuses it
+    into the loop that reads the values, where a flat ``(P size,)`` layout
+    would make it store the shifted values between the passes.
+    """
 
     size: int
 
@@ -40,25 +47,32 @@ class Contiguous:
         """Whether the groups are small enough for one pass of shifted sums."""
         return self.size <= ONE_PASS_LIMIT
 
+    def grouped(self, values: jax.Array) -> jax.Array:
+        """``(B, ...)`` per-answer values as ``(P, size, ...)``."""
+        return values.reshape(-1, self.size, *values.shape[1:])
+
+    def flat(self, values: jax.Array) -> jax.Array:
+        """The inverse of :meth:`grouped`."""
+        return values.reshape(-1, *values.shape[2:])
+
     def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
         """Each group's sum of each of ``values``, in one pass."""
-        return _sums(tuple(self._grouped(value) for value in values), axis=1)
+        return _sums(values, axis=1)
+
+    def answers(self, values: jax.Array) -> jax.Array:
+        """Each group's number of answers, valid or not."""
+        return jnp.full(values.shape[:1] + values.shape[2:], self.size, values.dtype)
 
     def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
         """A valid value of each group (0 for a group without one)."""
-        # Any valid value of each group (0 for none): a reduction that keeps a valid operand
-        # returns one whatever order the compiler reduces in, at the cost of one sum.
+        # Any valid value: a reduction that keeps a valid operand returns one whatever
+        # order the compiler reduces in, at the cost of one sum.
         zero = jnp.zeros((), values.dtype)
-        operands = (self._grouped(valid), self._grouped(values))
-        return jax.lax.reduce(operands, (False, zero), _keep_valid, (1,))[1]
+        return jax.lax.reduce((valid, values), (False, zero), _keep_valid, (1,))[1]
 
     def rows(self, per_group: jax.Array) -> jax.Array:
-        """Each answer's entry of ``per_group``."""
-        shape = (per_group.shape[0], self.size, *per_group.shape[1:])
-        return jnp.broadcast_to(per_group[:, None], shape).reshape(-1, *per_group.shape[1:])
-
-    def _grouped(self, values: jax.Array) -> jax.Array:
-        return values.reshape(-1, self.size, *values.shape[1:])
+        """``per_group`` broadcastable against the grouped values."""
+        return per_group[:, None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +80,10 @@ class Ragged:
     """Groups named by integer ids in ``[0, num_groups)``; ids out of range belong to none.
 
     The caller checks the ids: an id outside ``[0, num_groups)`` is dropped
-    from every total, and ``rows`` gives it NaN (False for a flag).
+    from every total, and ``rows`` gives it NaN (False for a flag). A group's
+    sums add its answers one after another, so their rounding grows with the
+    group's size (about its number of answers in ulps, before the re-centring
+    pass of the moments divides it out to first order).
     """
 
     ids: jax.Array
@@ -75,19 +92,21 @@ class Ragged:
 
     one_pass = False  # a group may hold any number of answers
 
+    def grouped(self, values: jax.Array) -> jax.Array:
+        """The values as they are: one per answer."""
+        return values
+
+    flat = grouped
+
     def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
         """Each group's sum of each of ``values``, over every device of ``axis_name``."""
-        # Each block of answers is summed into its own row of totals, then the rows added.
-        blocks = -(-self.ids.shape[0] // BLOCK)
-        keys = self.ids + self.num_groups * (jnp.arange(self.ids.shape[0]) // BLOCK)
-        keys = jnp.where(self._known(), keys, -1)
-        totals = tuple(
-            jax.ops.segment_sum(value, keys, self.num_groups * blocks)
-            .reshape(blocks, self.num_groups, *value.shape[1:])
-            .sum(axis=0)
-            for value in values
-        )
+        keys = jnp.where(self._known(), self.ids, -1)
+        totals = tuple(jax.ops.segment_sum(value, keys, self.num_groups) for value in values)
         return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
+
+    def answers(self, values: jax.Array) -> jax.Array:
+        """Each group's number of answers, valid or not."""
+        return self.sums(jnp.ones_like(values))[0]
 
     def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
         """Each group's largest valid value, the same on every device (0 for none)."""
@@ -114,10 +133,20 @@ class Whole:
 
     one_pass = False  # the batch may hold any number of answers
 
+    def grouped(self, values: jax.Array) -> jax.Array:
+        """The values as they are: one per answer."""
+        return values
+
+    flat = grouped
+
     def sums(self, *values: jax.Array) -> tuple[jax.Array, ...]:
         """The batch's sum of each of ``values``, shape ``(1, ...)``, over every device."""
         totals = tuple(total[None] for total in _sums(values, axis=0))
         return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
+
+    def answers(self, values: jax.Array) -> jax.Array:
+        """The batch's number of answers, on every device."""
+        return self.sums(jnp.ones_like(values))[0]
 
     def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
         """The batch's largest valid value, the same on every device (0 for none)."""
@@ -127,7 +156,7 @@ class Whole:
         return jnp.where(jnp.isfinite(largest), largest, 0)
 
     def rows(self, per_group: jax.Array) -> jax.Array:
-        """The batch's entry, broadcast against every answer."""
+        """The batch's entry, broadcastable against every answer."""
         return per_group[0]
 
 
