@@ -106,7 +106,7 @@ def main(argv=None):
     )
     add_common_args(parser)
     args = parser.parse_args(argv)
-    headers = ["P x G", "variant", "us/call", "/plain", "/plain ragged", "max |diff|"]
+    headers = ["P x G", "variant", "us/call", "/plain", "/plain ragged", "max abs diff"]
     rows = [row for p, g in args.shapes for row in measure(p, g, args.repeats)]
     print_results("Group advantages, float32", headers, rows, args.markdown)
 

@@ -155,15 +155,15 @@ def group_advantages(
 
     A convention is one trainer's formula in exact arithmetic:
 
-    ============  =====  ========  ======================  =======================
-    convention    ddof   epsilon   a group of one          a NaN reward
-    ============  =====  ========  ======================  =======================
-    ``exact``     1      none      0                       left out; its advantage NaN
-    ``trl``       1      1e-4      0                       left out; its advantage 0
-    ``verl``      1      1e-6      mean 0, std 1: keeps r  its group's advantages NaN
-    ``tunix``     1      1e-6      refused (NaN if ragged) its group's advantages NaN
-    ``openrlhf``  1      1e-9      refused (NaN if ragged) its group's advantages NaN
-    ============  =====  ========  ======================  =======================
+    ============  ====  =======  =======================  ===========================
+    convention    ddof  epsilon  a group of one           a NaN reward
+    ============  ====  =======  =======================  ===========================
+    ``exact``     1     none     0                        left out; its advantage NaN
+    ``trl``       1     1e-4     0                        left out; its advantage 0
+    ``verl``      1     1e-6     mean 0, std 1: keeps r   its group's advantages NaN
+    ``tunix``     1     1e-6     refused (NaN if ragged)  its group's advantages NaN
+    ``openrlhf``  1     1e-9     refused (NaN if ragged)  its group's advantages NaN
+    ============  ====  =======  =======================  ===========================
 
     The epsilon is added to the standard deviation. A constant group gives
     exactly 0 in every convention, in float32 as in float64: the library
