@@ -138,7 +138,7 @@ def lengths_for(rng, num_answers):
 
 
 @pytest.mark.parametrize(("estimator", "convention"), PAIRS)
-@pytest.mark.parametrize("group_size", [1, 2, 3, 7, 16, 64])
+@pytest.mark.parametrize("group_size", [1, 2, 7, 16, 64])
 def test_contiguous_groups_match_the_reference_in_float32(estimator, convention, group_size):
     if group_size == 1 and convention in REFUSES_SINGLETONS:
         pytest.skip("the trainer refuses groups of one (tested below)")
@@ -326,10 +326,11 @@ def test_integer_and_boolean_rewards_are_taken_as_floats():
 
 
 def test_opo_weights_by_length():
-    rewards = np.array([1, 0, 0, 0], np.float32)
-    lengths = np.array([3, 1, 1, 1], np.float32)
+    rewards = np.array([1, 0, 0, 0, 1, 0, 2, 2], np.float32)
+    lengths = np.array([3, 1, 1, 1, 0, 0, 0, 0], np.float32)
     out = jax.jit(rn.group_advantages("opo", group_size=4).apply)(rewards, lengths=lengths)
-    np.testing.assert_allclose(out.advantages, [0.5, -0.5, -0.5, -0.5])
+    # the second group has total length 0: no baseline
+    np.testing.assert_allclose(out.advantages, [0.5, -0.5, -0.5, -0.5] + [np.nan] * 4)
 
 
 @pytest.mark.parametrize(
@@ -381,7 +382,7 @@ def test_inputs_are_checked():
         opo.apply(np.zeros(4), lengths=np.ones(3))
     with pytest.raises(ValueError, match=r"lengths is missing"):
         opo.apply(np.zeros(4))
-    with pytest.raises(ValueError, match=r"lengths holds -1.0; expected lengths >= 0"):
+    with pytest.raises(ValueError, match=r"lengths holds -1.0; expected finite lengths >= 0"):
         opo.apply(np.zeros(4), lengths=np.array([1.0, -1.0, 1.0, 1.0]))
     with pytest.raises(ValueError, match=r"lengths was given"):
         contiguous.apply(np.zeros(4), lengths=np.ones(4))

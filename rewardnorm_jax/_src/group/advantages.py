@@ -195,6 +195,8 @@ def group_advantages(
         device's batch must hold whole groups (an error otherwise).
       num_groups: ragged groups (verl's ``uid``, dynamic sampling): ``apply``
         takes ``group_ids`` in ``[0, num_groups)``, in any order, some unused.
+        ``opo``'s ``lengths`` (one per answer, finite, >= 0) weight the
+        baseline; a group whose valid answers have total length 0 gets NaN.
       groups_span_devices: with ``num_groups`` and an ``axis_name`` (and only
         then, where it is required): True if an id names one group on every
         device (its statistics are summed across the axis), False if each
@@ -428,7 +430,10 @@ def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
             f"lengths has shape {jnp.shape(lengths)}; expected ({answers},), one per answer."
         )
     if not isinstance(lengths, jax.core.Tracer):
-        checks.refuse_where("lengths", lengths, ~(np.asarray(lengths) >= 0), "lengths >= 0")
+        values = np.asarray(lengths, np.float64)
+        checks.refuse_where(
+            "lengths", values, ~(values >= 0) | np.isinf(values), "finite lengths >= 0"
+        )
     return jnp.asarray(lengths, dtype)
 
 

@@ -70,6 +70,8 @@ def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moment
             flags, jnp.abs(shifted), shifted, shifted * shifted, weights * shifted, weights
         )
     mean = _ratio(weighted, weight)
+    if weights is not None:  # valid answers of total weight 0 have no weighted mean
+        mean = jnp.where((weight == 0) & (count > 0), jnp.nan, mean)
     squares = squares - (2 * total - count * mean) * mean
     if not layout.one_pass:
         centred = jnp.where(valid, shifted - layout.rows(mean), 0)
