@@ -139,22 +139,19 @@ def verl(rewards, group_ids, num_groups, estimator, lengths=None, weights=None, 
     return adv
 
 
-def tunix(rewards, group_ids, num_groups, estimator, raw=False):
-    """Tunix's estimators "grpo", "rloo", "drgrpo" (algo_core.py).
+def tunix(rewards, group_ids, num_groups, estimator):
+    """Tunix's estimators "grpo", "rloo", "drgrpo" (algo_core.py), fed the rewards directly.
 
-    The trainer path first sums the reward functions with np.nansum
-    (reward_manager.py), so NaN/None count as 0, and GRPOConfig refuses
-    num_generations <= 1. raw=True feeds the estimator directly.
+    On the trainer's path the reward manager first sums the reward functions
+    with np.nansum (reward_manager.py), so a NaN or None counts as 0, and
+    GRPOConfig refuses num_generations <= 1.
     """
     if estimator not in ("grpo", "rloo", "drgrpo"):
         raise NotImplementedError(f"tunix has no {estimator!r}")
-    r = rewards.reshape(rewards.shape[0], -1)
-    r = r[:, 0].copy() if raw else np.nansum(r, axis=1)
+    r = rewards.reshape(rewards.shape[0], -1)[:, 0].copy()
     adv = np.empty_like(r)
     for idx in _groups(group_ids, num_groups):
         x, n = r[idx], idx.size
-        if n == 1 and not raw:
-            raise ValueError("tunix GRPOConfig: num_generations must be greater than 1")
         if estimator == "grpo":
             with warnings.catch_warnings():  # n == 1: ddof=1 std is NaN
                 warnings.simplefilter("ignore", RuntimeWarning)

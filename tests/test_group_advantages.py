@@ -88,7 +88,7 @@ def expected(rewards, ids, num_groups, estimator, convention, lengths=None, weig
         return exact(rewards64, ids, num_groups, estimator=estimator, **kwargs)
     name = "drgrpo" if estimator == "dr_grpo" else estimator
     if convention == "tunix":  # the estimator functions, which the library's convention follows
-        out = reference.tunix(rewards64, ids, num_groups, name, raw=True)
+        out = reference.tunix(rewards64, ids, num_groups, name)
     else:
         out = reference.advantages(
             rewards64, ids, num_groups, estimator=name, convention=convention, **kwargs
@@ -325,6 +325,26 @@ def test_integer_and_boolean_rewards_are_taken_as_floats():
         np.testing.assert_allclose(out.advantages, want)
 
 
+@pytest.mark.parametrize("convention", ["exact", "trl"])
+def test_rloo_standardized_over_the_batch_matches_trl(convention):
+    rng = np.random.default_rng(5)
+    rewards = make_rewards(rng, 32, 4, nan=True)
+    rewards[:3] = np.nan  # a group with one scorable answer: left out of the batch statistics
+    estimate = rn.group_advantages(
+        "rloo", convention=convention, group_size=4, standardize_batch=True
+    )
+    out = jax.jit(estimate.apply)(rewards)
+    ids = np.arange(rewards.size) // 4
+    if convention == "trl":
+        want = reference.trl(rewards.astype(np.float64), ids, 32, "rloo", normalize_advantages=True)
+    else:
+        before = exact(rewards.astype(np.float64), ids, 32, estimator="rloo")
+        before[3] = np.nan
+        want = _standardized(before, np.isfinite(before))
+        want[3] = 0.0
+    assert_close(out.advantages, want, 1e-5)
+
+
 def test_opo_weights_by_length():
     rewards = np.array([1, 0, 0, 0, 1, 0, 2, 2], np.float32)
     lengths = np.array([3, 1, 1, 1, 0, 0, 0, 0], np.float32)
@@ -347,6 +367,10 @@ def test_opo_weights_by_length():
         ({"group_size": 4, "groups_span_devices": True}, r"groups_span_devices=True is for"),
         ({"group_size": 4, "reward_weights": (1.0,)}, r"reward_weights is for estimator='gdpo'"),
         ({"estimator": "gdpo", "group_size": 4, "reward_weights": ()}, r"non-empty sequence"),
+        (
+            {"convention": "verl", "group_size": 4, "standardize_batch": True},
+            r"standardize_batch=True \(TRL RLOO's normalize_advantages\) is for",
+        ),
     ],
 )
 def test_options_are_checked(options, message):
@@ -389,6 +413,31 @@ def test_inputs_are_checked():
     gdpo = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 2.0, 3.0))
     with pytest.raises(ValueError, match=r"2 reward functions .* reward_weights has 3"):
         gdpo.apply(np.zeros((4, 2)))
+
+
+def test_wide_integers_out_of_range_values_and_traced_lengths_give_no_wrong_number():
+    grpo = rn.group_advantages("grpo", group_size=2)
+    out = grpo.apply(np.array([3_000_000_000, 0]))  # int64, beyond int32
+    np.testing.assert_allclose(out.advantages, [2**-0.5, -(2**-0.5)], rtol=1e-6)
+    for spread in ([1e20, -1e20, 1e20, -1e20], [1e-30, 2e-30, 0, 3e-30]):
+        rewards = np.array(spread, np.float32)
+        contiguous = jax.jit(rn.group_advantages("grpo", group_size=4).apply)(rewards)
+        ragged = jax.jit(rn.group_advantages("grpo", num_groups=1).apply)(
+            rewards, group_ids=np.zeros(4, np.int32)
+        )
+        assert np.isnan(np.asarray(contiguous.advantages)).all()
+        assert np.isnan(np.asarray(ragged.advantages)).all()
+    opo = jax.jit(rn.group_advantages("opo", group_size=4).apply)
+    out = opo(np.array([1, 2, 3, 4], np.float32), lengths=jnp.array([-1.0, 1, 1, 1]))
+    assert np.isnan(np.asarray(out.advantages)).all()
+    with pytest.raises(ValueError, match=r"lengths holds inf; expected finite lengths >= 0"):
+        rn.group_advantages("opo", group_size=2).apply(np.zeros(2), lengths=[1e300, 1.0])
+    with pytest.raises(ValueError, match=r"needs at least one reward function"):
+        rn.group_advantages("gdpo", group_size=2).apply(np.zeros((4, 0)))
+    with pytest.raises(ValueError, match=r"reward_weights=1e\+308 rounds to inf in float32"):
+        rn.group_advantages("gdpo", group_size=2, reward_weights=[1e308, 1.0]).apply(
+            np.zeros((4, 2))
+        )
 
 
 def test_traced_ids_out_of_range_are_a_checkify_error():

@@ -58,6 +58,7 @@ class GroupAdvantageConfig(base.Config):
     num_groups: int | None = None
     groups_span_devices: bool | None = None
     reward_weights: Any = None  # a sequence of weights, stored as a tuple of floats
+    standardize_batch: bool = False
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self):
@@ -73,6 +74,7 @@ class GroupAdvantageConfig(base.Config):
         object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
         self._check_span()
         object.__setattr__(self, "reward_weights", self._checked_weights())
+        self._check_standardize_batch()
 
     def _check_groups(self, rules: Convention) -> None:
         if (self.group_size is None) == (self.num_groups is None):
@@ -105,6 +107,18 @@ class GroupAdvantageConfig(base.Config):
             )
         checks.check_bool("groups_span_devices", self.groups_span_devices)
 
+    def _check_standardize_batch(self) -> None:
+        checks.check_bool("standardize_batch", self.standardize_batch)
+        if self.standardize_batch and (
+            self.estimator == "gdpo" or self.convention not in ("exact", "trl")
+        ):
+            raise ValueError(
+                "standardize_batch=True (TRL RLOO's normalize_advantages) is for the 'exact' "
+                "and 'trl' conventions and every estimator but 'gdpo' (which standardizes over "
+                f"the batch already), got estimator={self.estimator!r}, "
+                f"convention={self.convention!r}."
+            )
+
     def _checked_weights(self) -> tuple[float, ...] | None:
         if self.reward_weights is None:
             return None
@@ -127,7 +141,19 @@ class GroupAdvantageConfig(base.Config):
 
 
 class GroupAdvantageEstimator(NamedTuple):
-    """A group-advantage estimator: its ``apply`` and its checked configuration."""
+    """A group-advantage estimator: its ``apply`` and its checked configuration.
+
+    ``apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages``:
+
+    * ``rewards``: one per answer, shape ``(B,)`` (``(B, K)`` for ``gdpo``:
+      one per answer and reward function); any real dtype, 0/1 and booleans
+      included.
+    * ``group_ids``: with ``num_groups`` (and only then): an integer id per
+      answer, shape ``(B,)``.
+    * ``lengths``: ``opo`` only: each answer's length, shape ``(B,)``,
+      finite and >= 0. A group whose valid answers have total length 0 has
+      no baseline, nor one holding a traced length out of range: NaN.
+    """
 
     apply: Callable[..., GroupAdvantages]
     config: GroupAdvantageConfig
@@ -141,6 +167,7 @@ def group_advantages(
     num_groups: int | None = None,
     groups_span_devices: bool | None = None,
     reward_weights=None,
+    standardize_batch: bool = False,
     axis_name=None,
 ) -> GroupAdvantageEstimator:
     r"""An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
@@ -148,10 +175,11 @@ def group_advantages(
     RL for language models samples :math:`G` answers per prompt and scores each
     answer against its group (the formulas are in
     :mod:`~rewardnorm_jax._src.group.advantages`). ``apply(rewards, *,
-    group_ids=None, lengths=None)`` returns a :class:`GroupAdvantages`: the
-    advantages, and ``zero_variance``, True for every answer of a group whose
-    valid rewards are all equal (DAPO's dynamic sampling drops those groups;
-    a loss may leave them out of its denominator).
+    group_ids=None, lengths=None)`` (:class:`GroupAdvantageEstimator`) returns
+    a :class:`GroupAdvantages`: the advantages, and ``zero_variance``, True
+    for every answer of a group whose valid rewards are all equal, groups of
+    one and groups without a valid reward included (DAPO's dynamic sampling
+    drops those groups; a loss may leave them out of its denominator).
 
     A convention is one trainer's formula in exact arithmetic:
 
@@ -168,10 +196,17 @@ def group_advantages(
     The epsilon is added to the standard deviation. A constant group gives
     exactly 0 in every convention, in float32 as in float64: the library
     detects it, where the trainers' float32 code leaves residues up to 0.99.
-    Every other value is within about 1e-6 (relative to ``|A| + 1``) of the
-    convention evaluated in float64 on the same inputs, near-constant groups
-    included (the statistics are sums of deviations from a value of the group,
-    :mod:`~rewardnorm_jax._src.group.moments`). Non-finite rewards count as NaN.
+    Every standardized value (``grpo``, ``batch_std``, ``gdpo``) is within
+    about 1e-6 (relative to ``|A| + 1``) of the convention evaluated in float64
+    on the same inputs, near-constant groups included (the statistics are sums
+    of deviations from a value of the group,
+    :mod:`~rewardnorm_jax._src.group.moments`); the unstandardized ones
+    (``dr_grpo``, ``rloo``, ``opo``, ``reinforce_pp_baseline``) within about
+    1e-6 of their group's spread. All of this holds wherever the dtype holds the
+    group's squared deviations (in float32, spreads from about 1e-19 to 1e19;
+    outside, the standardized advantages are NaN, never a wrong number).
+    Non-finite rewards count as NaN. Everything is computed in the rewards'
+    floating dtype as JAX holds them (float64 only under ``jax_enable_x64``).
     Integer and boolean rewards (0/1 correctness) are taken as floats;
     advantages are floating, at least float32.
 
@@ -183,7 +218,11 @@ def group_advantages(
     token-level whitening; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and
     ``rloo``; OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
     ``reinforce_pp_baseline`` (its ``reinforce_baseline``, before whitening).
-    ``exact`` has them all.
+    ``exact`` has them all. verl's ``rloo`` is its loop version (a group of
+    one keeps its reward; ``rloo_vectorized`` gives it 0). In ``gdpo``, a NaN
+    from one reward function makes the answer's total NaN under ``exact``
+    (its advantage NaN), and counts as 0 under ``trl`` unless every function
+    is NaN.
 
     Args:
       estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
@@ -195,13 +234,14 @@ def group_advantages(
         device's batch must hold whole groups (an error otherwise).
       num_groups: ragged groups (verl's ``uid``, dynamic sampling): ``apply``
         takes ``group_ids`` in ``[0, num_groups)``, in any order, some unused.
-        ``opo``'s ``lengths`` (one per answer, finite, >= 0) weight the
-        baseline; a group whose valid answers have total length 0 gets NaN.
       groups_span_devices: with ``num_groups`` and an ``axis_name`` (and only
         then, where it is required): True if an id names one group on every
         device (its statistics are summed across the axis), False if each
         device numbers its own groups.
       reward_weights: ``gdpo`` only: a weight per reward function (default 1).
+      standardize_batch: standardize the advantages over the batch afterwards,
+        :math:`(A - \bar A) / (\sigma_A + \epsilon)` over the valid answers
+        (TRL RLOO's ``normalize_advantages``); ``exact`` and ``trl`` only.
       axis_name: the axis of the devices that hold the batch (inside
         ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
         ``gdpo``), and groups that span devices, are computed over all of them.
@@ -252,6 +292,7 @@ def group_advantages(
         num_groups,
         groups_span_devices,
         reward_weights,
+        standardize_batch,
         axis_name,
     )
 
@@ -282,8 +323,15 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
     elif config.estimator == "rloo":
         advantages = advantages * (count / (count - 1))
     advantages = _settle(rules, config.estimator, groups, stats, values, advantages)
+    zero_variance = groups.flat(_zero(groups, stats, valid))
+    if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
+        single = count == 1
+        advantages = groups.flat(jnp.where(valid & ~single, advantages, jnp.nan))
+        standardized = _over_batch(config, rules, advantages)
+        single = groups.flat(jnp.broadcast_to(single, valid.shape) & valid)
+        return GroupAdvantages(jnp.where(single, 0, standardized), zero_variance)
     advantages = _invalid(rules, groups, stats, valid, advantages)
-    return GroupAdvantages(groups.flat(advantages), groups.flat(_zero(groups, stats, valid)))
+    return GroupAdvantages(groups.flat(advantages), zero_variance)
 
 
 def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
@@ -303,19 +351,30 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     zero_variance = groups.flat(_zero(groups, stats, valid).all(axis=-1))
     if config.convention == "verl":  # the batch's whitening comes after, over tokens
         return GroupAdvantages(total, zero_variance)
+    return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
+
+
+def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
+    """``values`` standardized over the batch's finite ones; the others as the convention has."""
     whole = layouts.Whole(config.axis_name)
-    summed = jnp.isfinite(total)
-    batch = moments(whole, total, summed)
-    advantages = deviations(whole, batch, total) / (
-        whole.rows(_std(batch, rules.ddof)) + rules.epsilon
+    valid = jnp.isfinite(values)
+    batch = moments(whole, values, valid)
+    scale = whole.rows(_std(batch, rules.ddof)) + rules.epsilon
+    standardized = jnp.where(
+        whole.rows(batch.constant), 0, deviations(whole, batch, values) / scale
     )
-    advantages = jnp.where(whole.rows(batch.constant), 0, advantages)
-    return GroupAdvantages(_invalid(rules, whole, batch, summed, advantages), zero_variance)
+    return _invalid(rules, whole, batch, valid, standardized)
 
 
 def _std(stats: Moments, ddof: int) -> jax.Array:
-    """The standard deviation, with ``ddof`` delta degrees of freedom (NaN for too few values)."""
-    return jnp.sqrt(stats.squares / (stats.valid_count - ddof))
+    """The standard deviation, with ``ddof`` delta degrees of freedom (NaN for too few values).
+
+    NaN also where the dtype cannot hold the group's sum of squares: a spread
+    whose square overflows, or underflows to 0 in a group that is not constant.
+    """
+    out_of_range = ~jnp.isfinite(stats.squares) | ((stats.squares == 0) & ~stats.constant)
+    std = jnp.sqrt(stats.squares / (stats.valid_count - ddof))
+    return jnp.where(out_of_range, jnp.nan, std)
 
 
 def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, advantages):
@@ -356,11 +415,14 @@ def _layout(config: GroupAdvantageConfig, group_ids):
 def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
     """``(rewards, group_ids, lengths)`` checked: floating rewards, int32 ids, floating lengths."""
     checks.check_reward("rewards", rewards)
-    rewards = jnp.asarray(rewards)
+    if not isinstance(rewards, jax.Array):
+        rewards = np.asarray(rewards)  # cast below as it is: a wide integer is not wrapped first
     dtype = jnp.promote_types(rewards.dtype, jnp.float32)
     if not jnp.issubdtype(rewards.dtype, jnp.floating):
         dtype = jnp.dtype(jnp.result_type(float))  # 0/1 rewards: the default float
-    rewards = rewards.astype(dtype)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 is float32 without x64
+    with np.errstate(over="ignore"):
+        rewards = jnp.asarray(rewards.astype(dtype))
     expected = 2 if config.estimator == "gdpo" else 1
     if rewards.ndim != expected:
         what = "(B, K): a reward per answer and reward function" if expected == 2 else "(B,)"
@@ -368,16 +430,32 @@ def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
             f"rewards has shape {rewards.shape}; estimator={config.estimator!r} takes shape {what}."
         )
     answers = rewards.shape[0]
-    if config.reward_weights is not None and rewards.shape[1] != len(config.reward_weights):
-        raise ValueError(
-            f"rewards has {rewards.shape[1]} reward functions (shape {rewards.shape}), but "
-            f"reward_weights has {len(config.reward_weights)} weights."
-        )
+    if config.estimator == "gdpo":
+        _check_functions(config, rewards)
     if config.group_size is not None:
         _check_contiguous(config, config.group_size, answers, group_ids)
     else:
         group_ids = _check_ids(cast(int, config.num_groups), answers, group_ids)
     return rewards, group_ids, _check_lengths(config, answers, lengths, dtype)
+
+
+def _check_functions(config: GroupAdvantageConfig, rewards: jax.Array) -> None:
+    """``gdpo``'s reward functions: at least one, one weight each, weights that fit the dtype."""
+    functions = rewards.shape[1]
+    if functions == 0:
+        raise ValueError(
+            f"rewards has shape {rewards.shape}: estimator='gdpo' needs at least one reward "
+            "function (shape (B, K), K >= 1)."
+        )
+    if config.reward_weights is None:
+        return
+    if functions != len(config.reward_weights):
+        raise ValueError(
+            f"rewards has {functions} reward functions (shape {rewards.shape}), but "
+            f"reward_weights has {len(config.reward_weights)} weights."
+        )
+    for weight in config.reward_weights:
+        checks.check_fits("reward_weights", weight, rewards.dtype)
 
 
 def _check_contiguous(config: GroupAdvantageConfig, group_size: int, answers: int, group_ids):
@@ -429,12 +507,14 @@ def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
         raise ValueError(
             f"lengths has shape {jnp.shape(lengths)}; expected ({answers},), one per answer."
         )
+    valid = f"finite lengths >= 0 (that fit {np.dtype(dtype).name})"
     if not isinstance(lengths, jax.core.Tracer):
-        values = np.asarray(lengths, np.float64)
-        checks.refuse_where(
-            "lengths", values, ~(values >= 0) | np.isinf(values), "finite lengths >= 0"
-        )
-    return jnp.asarray(lengths, dtype)
+        with np.errstate(over="ignore"):
+            values = np.asarray(lengths).astype(dtype)
+        checks.refuse_where("lengths", values, ~(values >= 0) | np.isinf(values), valid)
+    lengths = jnp.asarray(lengths, dtype)
+    # A traced length out of range makes its group's baseline NaN, not a wrong number.
+    return jnp.where((lengths >= 0) & jnp.isfinite(lengths), lengths, jnp.nan)
 
 
 def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:

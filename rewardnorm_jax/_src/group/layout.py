@@ -144,10 +144,6 @@ class Whole:
         totals = tuple(total[None] for total in _sums(values, axis=0))
         return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
 
-    def answers(self, values: jax.Array) -> jax.Array:
-        """The batch's number of answers, on every device."""
-        return self.sums(jnp.ones_like(values))[0]
-
     def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
         """The batch's largest valid value, the same on every device (0 for none)."""
         largest = jnp.where(valid, values, -jnp.inf).max(axis=0, keepdims=True, initial=-jnp.inf)

@@ -23,7 +23,11 @@ one is 0. Here:
 
 Since :math:`c` is a value of the group, :math:`n (c - \bar x)^2 \le (n - 1) S`,
 so the cancellation in :math:`S` costs at most a factor :math:`n`: about
-:math:`n` float32 ulps. Groups larger than
+:math:`n^2 / 4` ulps in the standardized values, under 1e-5 in float32 up to
+:data:`~rewardnorm_jax._src.group.layout.ONE_PASS_LIMIT` answers. The
+deviations :math:`e_i - m` are as exact as float32 sums of the deviations
+allow: within a few ulps of the group's spread (not of each deviation: an
+answer at the mean of rewards 1e4 +- 1e3 is off by about 1e-4). Groups larger than
 :data:`~rewardnorm_jax._src.group.layout.ONE_PASS_LIMIT` answers (ragged ids,
 the batch) take one more pass, the same sums of :math:`e_i - m`, which
 removes that factor (the corrected two-pass algorithm of Chan, Golub and
