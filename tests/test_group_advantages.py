@@ -137,11 +137,7 @@ def lengths_for(rng, num_answers):
     return rng.integers(1, 200, num_answers).astype(np.float32)
 
 
-@pytest.mark.parametrize(("estimator", "convention"), PAIRS)
-@pytest.mark.parametrize("group_size", [1, 2, 7, 16, 64])
-def test_contiguous_groups_match_the_reference_in_float32(estimator, convention, group_size):
-    if group_size == 1 and convention in REFUSES_SINGLETONS:
-        pytest.skip("the trainer refuses groups of one (tested below)")
+def check_contiguous(estimator, convention, group_size):
     rng = np.random.default_rng(group_size)
     rewards = make_rewards(rng, 64, group_size, functions=2 if estimator == "gdpo" else 0)
     lengths = lengths_for(rng, len(rewards)) if estimator == "opo" else None
@@ -154,6 +150,24 @@ def test_contiguous_groups_match_the_reference_in_float32(estimator, convention,
     want = expected(rewards, ids, 64, estimator, convention, lengths, weights)
     assert out.advantages.dtype == jnp.float32
     assert_close(out.advantages, want, 1e-5)
+
+
+@pytest.mark.parametrize(("estimator", "convention"), PAIRS)
+def test_contiguous_groups_match_the_reference_in_float32(estimator, convention):
+    check_contiguous(estimator, convention, 16)
+
+
+# The layout's code is the same for every convention: every group size for the
+# conventions whose groups of one differ (0, the reward, refused).
+@pytest.mark.parametrize("estimator", ["grpo", "rloo"])
+@pytest.mark.parametrize("convention", ["exact", "verl", "openrlhf"])
+@pytest.mark.parametrize("group_size", [1, 2, 7, 64])
+def test_every_group_size_matches_the_reference(estimator, convention, group_size):
+    if group_size == 1 and convention in REFUSES_SINGLETONS:
+        with pytest.raises(ValueError, match=r"group_size should be an integer >= 2"):
+            rn.group_advantages(estimator, convention=convention, group_size=1)
+        return
+    check_contiguous(estimator, convention, group_size)
 
 
 @pytest.mark.parametrize(("estimator", "convention"), PAIRS)
