@@ -42,9 +42,8 @@ class GroupAdvantages(NamedTuple):
     """What an estimator's ``apply`` returns, one entry per answer."""
 
     advantages: jax.Array  # floating (B,)
-    zero_variance: (
-        jax.Array
-    )  # bool (B,): the answer's group has no spread (its valid rewards equal)
+    # bool (B,): the answer's group has no spread (its valid rewards are equal)
+    zero_variance: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,20 +311,10 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
     valid = jnp.isfinite(values)
     weights = None if lengths is None else groups.grouped(lengths)
     stats = moments(groups, values, valid, weights)
-    count = groups.rows(stats.valid_count)
-    advantages = deviations(groups, stats, values)
-    if config.estimator == "grpo":
-        advantages = advantages / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
-    elif config.estimator == "batch_std":
-        whole = layouts.Whole(config.axis_name)
-        batch_std = _std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
-        advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
-    elif config.estimator == "rloo":
-        advantages = advantages * (count / (count - 1))
-    advantages = _settle(rules, config.estimator, groups, stats, values, advantages)
+    advantages = _estimate(config, config.estimator, rules, groups, stats, values)
     zero_variance = groups.flat(_zero(groups, stats, valid))
     if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
-        single = count == 1
+        single = groups.rows(stats.valid_count) == 1
         advantages = groups.flat(jnp.where(valid & ~single, advantages, jnp.nan))
         standardized = _over_batch(config, rules, advantages)
         single = groups.flat(jnp.broadcast_to(single, valid.shape) & valid)
@@ -339,9 +328,7 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     values = groups.grouped(rewards)
     valid = jnp.isfinite(values)
     stats = moments(groups, values, valid)
-    scores = deviations(groups, stats, values)
-    scores = scores / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
-    scores = _settle(rules, "grpo", groups, stats, values, scores)
+    scores = _estimate(config, "grpo", rules, groups, stats, values)
     scores = _invalid(rules, groups, stats, valid, scores)
     weights = config.reward_weights or (1.0,) * rewards.shape[1]
     total = scores @ jnp.asarray(weights, rewards.dtype)
@@ -352,6 +339,22 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     if config.convention == "verl":  # the batch's whitening comes after, over tokens
         return GroupAdvantages(total, zero_variance)
     return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
+
+
+def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
+    """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled."""
+    advantages = deviations(groups, stats, values)
+    if estimator == "grpo":
+        advantages = advantages / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
+    elif estimator == "batch_std":
+        whole = layouts.Whole(config.axis_name)
+        rewards = groups.flat(values)
+        batch_std = _std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
+        advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
+    elif estimator == "rloo":
+        count = groups.rows(stats.valid_count)
+        advantages = advantages * (count / (count - 1))
+    return _settle(rules, estimator, groups, stats, values, advantages)
 
 
 def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
