@@ -3,13 +3,15 @@
 Reward normalization (running statistics of the discounted return), clipping,
 scaling and arbitrary transforms as pure ``init`` / ``update`` / ``apply`` /
 ``step`` functions over immutable state pytrees, PopArt for value targets, and
-group-relative advantages (GRPO and kin) for RL on language models.
+group-relative advantages (GRPO and kin), masked whitening, the KL penalty
+in the reward and the overlong penalty for RL on language models.
 Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
 The public API is what this module exports; ``rewardnorm_jax._src`` is not API.
 Adapters, each an extra that alone imports its framework:
 ``rewardnorm_jax.gymnax`` (and Craftax), ``rewardnorm_jax.gymnasium``,
-``rewardnorm_jax.brax`` (and MuJoCo Playground) and ``rewardnorm_jax.jumanji``.
+``rewardnorm_jax.brax`` (and MuJoCo Playground), ``rewardnorm_jax.jumanji``,
+``rewardnorm_jax.jaxmarl`` and ``rewardnorm_jax.tunix``.
 """
 
 from rewardnorm_jax._src.base import EmptyState, RewardTransform
@@ -21,7 +23,10 @@ from rewardnorm_jax._src.group.advantages import (
     GroupAdvantages,
     group_advantages,
 )
+from rewardnorm_jax._src.group.whiten import masked_whiten
+from rewardnorm_jax._src.kl import kl_estimate, kl_penalized_rewards
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
+from rewardnorm_jax._src.overlong import overlong_penalty
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
     PercentileState,
@@ -83,9 +88,13 @@ __all__ = [
     "group_advantages",
     "init_percentiles",
     "init_stats",
+    "kl_estimate",
+    "kl_penalized_rewards",
     "load_state",
+    "masked_whiten",
     "merge_stats",
     "normalize_reward",
+    "overlong_penalty",
     "percentile_scale",
     "percentile_scale_reward",
     "popart",

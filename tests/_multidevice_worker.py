@@ -630,6 +630,39 @@ def group_runs() -> dict:
     return result
 
 
+def whitening_runs() -> dict:
+    """Masked whitening inside ``shard_map`` on 2 devices, against one device on the whole batch.
+
+    Token values with a NaN and an inf at masked-out positions, rows of
+    different lengths, every convention and ``shift_mean=False``. Each row:
+    the largest deviation, and whether the NaN match exactly.
+    """
+    mesh = Mesh(np.array(jax.devices()[:2]), ("device",))
+    rng = np.random.default_rng(1)
+    values = (rng.standard_normal((8, 24)) * 3 + 2).astype(np.float32)
+    mask = np.arange(24) < rng.integers(1, 25, (8, 1))
+    values[~mask] = rng.choice([np.nan, np.inf, 1e30], (~mask).sum())
+    result: dict[str, dict] = {}
+    for convention in ("exact", "verl", "tunix", "openrlhf"):
+        for shift_mean in (True, False):
+            options = {"convention": convention, "shift_mean": shift_mean}
+            want = np.asarray(jax.jit(partial(rn.masked_whiten, **options))(values, mask))
+            fn = jax.shard_map(
+                partial(rn.masked_whiten, **options, axis_name="device"),
+                mesh=mesh,
+                in_specs=(P("device"), P("device")),
+                out_specs=P("device"),
+            )
+            got = np.asarray(jax.jit(fn)(values, mask))
+            finite = ~np.isnan(want)
+            result[f"whiten/{convention}/{shift_mean}"] = {
+                "values": deviation(got[finite], want[finite]),
+                "nan_match": bool(np.array_equal(np.isnan(got), ~finite)),
+                "finite": bool(finite.all()),
+            }
+    return result
+
+
 def _apply_with_ids(estimate, rewards, group_ids):
     return estimate.apply(rewards, group_ids=group_ids)
 
@@ -654,6 +687,7 @@ if __name__ == "__main__":
             "keyed": lambda: keyed("float32") | keyed("float64"),
             "popart": popart_runs,
             "groups": group_runs,
+            "whitening": whitening_runs,
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

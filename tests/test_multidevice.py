@@ -84,7 +84,9 @@ def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
         _start("matrix", "float32", "popart", "groups", devices=8),
-        _start("matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", devices=8),
+        _start(
+            "matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", "whitening", devices=8
+        ),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
     try:
@@ -216,6 +218,17 @@ def test_group_advantages_across_devices_equal_the_gathered_batch(runs, case):
     assert row["advantages"] <= TOLERANCE["float32"], row
     assert row["nan_match"], row
     assert row["zero_variance_match"], row
+
+
+@pytest.mark.parametrize("convention", ["exact", "verl", "tunix", "openrlhf"])
+@pytest.mark.parametrize("shift_mean", [True, False])
+def test_masked_whitening_across_devices_equals_one_device(runs, convention, shift_mean):
+    # shard_map on 2 devices, NaN and inf at masked-out positions: the statistics of every
+    # masked-in token of both devices, unpoisoned, as one device on the whole batch.
+    row = runs["matrix"][f"whiten/{convention}/{shift_mean}"]
+    assert row["finite"], row
+    assert row["values"] <= TOLERANCE["float32"], row
+    assert row["nan_match"], row
 
 
 def test_a_contiguous_group_split_across_devices_is_refused(runs):

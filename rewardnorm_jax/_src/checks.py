@@ -271,6 +271,45 @@ def check_reward(name: str, value):
     return value
 
 
+def as_floating(name: str, value) -> jax.Array:
+    """``value``, checked to hold real numbers, as an array of a floating dtype.
+
+    Floating values keep their dtype, widened to float32 at least (bfloat16 and
+    float16 values are computed in float32); bool and integer values (0/1
+    rewards, token counts) take the default float, float32 unless x64 is on.
+    A wide integer is cast as it is, never wrapped first.
+
+    Raises:
+      TypeError: naming ``name``, as :func:`check_reward`.
+    """
+    check_reward(name, value)
+    if not isinstance(value, jax.Array):
+        value = np.asarray(value)
+    dtype = jnp.promote_types(value.dtype, jnp.float32)
+    if not jnp.issubdtype(value.dtype, jnp.floating):
+        dtype = jnp.dtype(jnp.result_type(float))
+    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 is float32 without x64
+    with np.errstate(over="ignore"):
+        return jnp.asarray(value.astype(dtype))
+
+
+def as_mask(name: str, mask) -> jax.Array:
+    """``mask`` as a bool array, after checking it holds flags, and only 0 and 1 where concrete.
+
+    Trainers keep their masks as bools, integers or floats; a concrete mask
+    with another value (a weight of 0.5) is refused, not read as True.
+
+    Raises:
+      TypeError: for a mask that is not of flags (:func:`check_flag`).
+      ValueError: naming ``name`` and its first value other than 0 and 1.
+    """
+    check_flag(name, mask)
+    if not isinstance(mask, jax.core.Tracer):
+        marks = np.asarray(mask)
+        refuse_where(name, marks, (marks != 0) & (marks != 1), "0/1 or bool values")
+    return jnp.asarray(mask) != 0
+
+
 def spread(value: jax.typing.ArrayLike, shape: Shape) -> jax.Array:
     """``value``, of a leading part of ``shape``, broadcast over the trailing axes it lacks.
 

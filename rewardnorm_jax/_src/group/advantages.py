@@ -34,7 +34,7 @@ import numpy as np
 from rewardnorm_jax._src import base, checks
 from rewardnorm_jax._src.group import layout as layouts
 from rewardnorm_jax._src.group.conventions import CONVENTIONS, ESTIMATORS, Convention
-from rewardnorm_jax._src.group.moments import Moments, deviations, moments
+from rewardnorm_jax._src.group.moments import Moments, deviations, moments, std
 from rewardnorm_jax._src.stats import running as rs
 
 
@@ -345,11 +345,11 @@ def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments,
     """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled."""
     advantages = deviations(groups, stats, values)
     if estimator == "grpo":
-        advantages = advantages / (groups.rows(_std(stats, rules.ddof)) + rules.epsilon)
+        advantages = advantages / (groups.rows(std(stats, rules.ddof)) + rules.epsilon)
     elif estimator == "batch_std":
         whole = layouts.Whole(config.axis_name)
         rewards = groups.flat(values)
-        batch_std = _std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
+        batch_std = std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
         advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
     elif estimator == "rloo":
         count = groups.rows(stats.valid_count)
@@ -362,22 +362,11 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
     batch = moments(whole, values, valid)
-    scale = whole.rows(_std(batch, rules.ddof)) + rules.epsilon
+    scale = whole.rows(std(batch, rules.ddof)) + rules.epsilon
     standardized = jnp.where(
         whole.rows(batch.constant), 0, deviations(whole, batch, values) / scale
     )
     return _invalid(rules, whole, batch, valid, standardized)
-
-
-def _std(stats: Moments, ddof: int) -> jax.Array:
-    """The standard deviation, with ``ddof`` delta degrees of freedom (NaN for too few values).
-
-    NaN also where the dtype cannot hold the group's sum of squares: a spread
-    whose square overflows, or underflows to 0 in a group that is not constant.
-    """
-    out_of_range = ~jnp.isfinite(stats.squares) | ((stats.squares == 0) & ~stats.constant)
-    std = jnp.sqrt(stats.squares / (stats.valid_count - ddof))
-    return jnp.where(out_of_range, jnp.nan, std)
 
 
 def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, advantages):
@@ -417,15 +406,8 @@ def _layout(config: GroupAdvantageConfig, group_ids):
 
 def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
     """``(rewards, group_ids, lengths)`` checked: floating rewards, int32 ids, floating lengths."""
-    checks.check_reward("rewards", rewards)
-    if not isinstance(rewards, jax.Array):
-        rewards = np.asarray(rewards)  # cast below as it is: a wide integer is not wrapped first
-    dtype = jnp.promote_types(rewards.dtype, jnp.float32)
-    if not jnp.issubdtype(rewards.dtype, jnp.floating):
-        dtype = jnp.dtype(jnp.result_type(float))  # 0/1 rewards: the default float
-    dtype = jax.dtypes.canonicalize_dtype(dtype)  # float64 is float32 without x64
-    with np.errstate(over="ignore"):
-        rewards = jnp.asarray(rewards.astype(dtype))
+    rewards = checks.as_floating("rewards", rewards)
+    dtype = rewards.dtype
     expected = 2 if config.estimator == "gdpo" else 1
     if rewards.ndim != expected:
         what = "(B, K): a reward per answer and reward function" if expected == 2 else "(B,)"

@@ -99,6 +99,21 @@ def deviations(layout, moments: Moments, values: jax.Array) -> jax.Array:
     return (values - layout.rows(moments.shift)) - layout.rows(moments.mean)
 
 
+def variance(stats: Moments, ddof: int) -> jax.Array:
+    """The variance, with ``ddof`` delta degrees of freedom (NaN for too few values).
+
+    NaN also where the dtype cannot hold the group's sum of squares: a spread
+    whose square overflows, or underflows to 0 in a group that is not constant.
+    """
+    out_of_range = ~jnp.isfinite(stats.squares) | ((stats.squares == 0) & ~stats.constant)
+    return jnp.where(out_of_range, jnp.nan, stats.squares / (stats.valid_count - ddof))
+
+
+def std(stats: Moments, ddof: int) -> jax.Array:
+    """The standard deviation: the square root of :func:`variance`."""
+    return jnp.sqrt(variance(stats, ddof))
+
+
 def _ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
     """``numerator / denominator``, 0 where the denominator is 0 (a group without valid answers)."""
     empty = denominator == 0
