@@ -11,7 +11,8 @@ Snapshots read (as in ``tests/group_reference.py``):
            verl/workers/reward_manager/dapo.py (overlong reward)
 - Tunix    google/tunix        c7d8950f12a9c55a976bf2e1a0d8b447d71c20b3
            tunix/rl/algo_core.py (masked_mean, masked_var, masked_whiten),
-           tunix/rl/common.py (compute_kl_divergence), tunix/rl/grpo/dapo_learner.py (reward_shaping)
+           tunix/rl/common.py (compute_kl_divergence),
+           tunix/rl/grpo/dapo_learner.py (reward_shaping)
 - OpenRLHF OpenRLHF/OpenRLHF   3c3be6234e0cb353e76bb8019947db9dfe99fca7
            openrlhf/trainer/ppo_utils/experience_maker.py (advantage normalization),
            openrlhf/models/utils.py (compute_approx_kl),

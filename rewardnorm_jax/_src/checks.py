@@ -310,6 +310,14 @@ def as_mask(name: str, mask) -> jax.Array:
     return jnp.asarray(mask) != 0
 
 
+def broadcast_shape(*shapes: Shape) -> Shape | None:
+    """The shape ``shapes`` broadcast to; None if they do not broadcast."""
+    try:
+        return jnp.broadcast_shapes(*shapes)
+    except ValueError:
+        return None
+
+
 def spread(value: jax.typing.ArrayLike, shape: Shape) -> jax.Array:
     """``value``, of a leading part of ``shape``, broadcast over the trailing axes it lacks.
 

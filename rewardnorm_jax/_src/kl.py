@@ -174,7 +174,7 @@ def kl_penalized_rewards(
         log_probs, ref_log_probs, mask, estimator=estimator, convention=convention, clip=clip
     )
     rewards = checks.as_floating("rewards", rewards)
-    if jnp.broadcast_shapes(rewards.shape, kl.shape) != kl.shape:
+    if checks.broadcast_shape(rewards.shape, kl.shape) != kl.shape:
         raise ValueError(
             f"rewards has shape {rewards.shape}, which does not broadcast to the log "
             f"probabilities' shape {kl.shape}."

@@ -165,11 +165,7 @@ def _check_inputs(values, mask) -> tuple[jax.Array, jax.Array]:
     mask = checks.as_mask("mask", mask)
     if jnp.ndim(mask) == 0:
         raise ValueError("mask is a scalar; pass one entry per position, of the values' shape.")
-    try:
-        shape = jnp.broadcast_shapes(values.shape, mask.shape)
-    except ValueError:
-        shape = None
-    if shape != mask.shape:
+    if checks.broadcast_shape(values.shape, mask.shape) != mask.shape:
         raise ValueError(
             f"values has shape {values.shape}, which does not broadcast to the mask's shape "
             f"{mask.shape}: pass token values of that shape, or one value per sequence "

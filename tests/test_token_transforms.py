@@ -1,0 +1,424 @@
+"""Masked whitening, the KL estimate in the reward and the overlong penalty against references.
+
+``tests/token_reference.py`` transcribes verl's, Tunix's and OpenRLHF's code in
+float64 NumPy, poisoning included; the library's ``"exact"`` conventions are
+written out below. Inputs are float32 values; the references evaluate those
+same values in float64.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import rewardnorm_jax as rn
+from tests import token_reference as reference
+
+WHITENING = ("exact", "verl", "tunix", "openrlhf")
+TOLERANCE = 2e-6  # float32 against float64, relative to |reference| + 1
+
+
+def assert_close(got, want, tolerance=TOLERANCE):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    error = np.abs(got[finite] - want[finite]) / (np.abs(want[finite]) + 1)
+    assert error.max(initial=0) <= tolerance, error.max()
+
+
+def tokens(seed=0, rows=8, length=40, *, scale=3.0, offset=2.0):
+    """Float32 token values and a response mask with ragged lengths and a hole in one row."""
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal((rows, length)) * scale + offset).astype(np.float32)
+    mask = np.arange(length) < rng.integers(2, length + 1, (rows, 1))
+    mask[0, 5:9] = False  # a hole inside a response (a tool call's tokens)
+    return values, mask
+
+
+def exact_whiten(values, mask, shift_mean=True):
+    """The library's convention: ddof 1, no epsilon, a constant or single token 0."""
+    x = values[mask].astype(np.float64)
+    out = np.zeros(values.shape)
+    if x.size == 1 or np.all(x == x[0]):
+        out[mask] = 0.0
+    else:
+        out[mask] = (x - x.mean()) / x.std(ddof=1)
+    if not shift_mean:
+        out[mask] += x.mean()
+    return out
+
+
+def whiten_reference(convention, values, mask, shift_mean=True):
+    """The trainer's output at masked-in positions, 0 elsewhere (the trainers mask after)."""
+    if convention == "exact":
+        return exact_whiten(values, mask, shift_mean)
+    if convention == "verl":
+        out = reference.verl_masked_whiten(values, mask, shift_mean)
+    elif convention == "tunix":
+        out = reference.tunix_masked_whiten(values, mask)
+    else:
+        out = reference.openrlhf_whiten(values, mask)
+    return np.where(mask, out, 0.0)
+
+
+@pytest.mark.parametrize("convention", WHITENING)
+def test_whitening_matches_each_trainer(convention):
+    for seed in range(3):
+        values, mask = tokens(seed)
+        got = rn.masked_whiten(values, mask, convention=convention)
+        assert got.dtype == jnp.float32
+        assert_close(got, whiten_reference(convention, values, mask))
+
+
+@pytest.mark.parametrize("convention", ["exact", "verl"])
+def test_shift_mean_false_adds_the_mean_back(convention):
+    values, mask = tokens(1)
+    got = rn.masked_whiten(values, mask, convention=convention, shift_mean=False)
+    assert_close(got, whiten_reference(convention, values, mask, shift_mean=False))
+
+
+@pytest.mark.parametrize("convention", WHITENING)
+def test_values_at_masked_out_positions_never_reach_the_output(convention):
+    values, mask = tokens(2)
+    clean = rn.masked_whiten(values, mask, convention=convention)
+    poisoned = values.copy()
+    holes = np.flatnonzero(~mask)
+    poisoned.flat[holes[::3]] = np.nan
+    poisoned.flat[holes[1::3]] = np.inf
+    poisoned.flat[holes[2::3]] = -3e38
+    got = rn.masked_whiten(poisoned, mask, convention=convention)
+    np.testing.assert_array_equal(got, clean)
+    assert np.isfinite(got).all()
+    assert np.all(np.asarray(got)[~mask] == 0)
+
+
+def test_the_trainers_own_code_is_poisoned_by_masked_out_values():
+    # What the library's conventions do not reproduce: Tunix and OpenRLHF multiply the
+    # values by the mask, so one NaN at a padded position makes every output NaN; verl's
+    # where() keeps its statistics, but the outputs at the padded positions are NaN.
+    values, mask = tokens(3)
+    values[~mask] = np.nan
+    assert np.isnan(reference.tunix_masked_whiten(values, mask)).all()
+    assert np.isnan(reference.openrlhf_whiten(values, mask)).all()
+    verl = reference.verl_masked_whiten(values, mask)
+    assert np.isfinite(verl[mask]).all() and np.isnan(verl[~mask]).all()
+
+
+def test_a_nan_at_a_masked_in_position_is_dropped_or_spreads_by_convention():
+    values, mask = tokens(4)
+    values[2, 0] = np.nan
+    exact = np.asarray(rn.masked_whiten(values, mask))
+    assert np.isnan(exact[2, 0]) and np.isnan(exact).sum() == 1
+    kept = mask.copy()
+    kept[2, 0] = False
+    np.testing.assert_array_equal(
+        np.delete(exact.ravel(), 2 * 40),
+        np.delete(np.asarray(rn.masked_whiten(values, kept)).ravel(), 2 * 40),
+    )
+    for convention in ("verl", "tunix", "openrlhf"):
+        got = np.asarray(rn.masked_whiten(values, mask, convention=convention))
+        assert np.isnan(got[mask]).all() and np.all(got[~mask] == 0), convention
+
+
+@pytest.mark.parametrize("convention", WHITENING)
+@pytest.mark.parametrize("constant", [0.1, 1000 / 7, -3.3e-5])
+def test_a_constant_batch_gives_exactly_zero(convention, constant):
+    values, mask = tokens(5)
+    values[:] = np.float32(constant)
+    values[~mask] = 7.0  # masked out: not part of the batch
+    np.testing.assert_array_equal(rn.masked_whiten(values, mask, convention=convention), 0.0)
+    shifted = rn.masked_whiten(values, mask, convention=convention, shift_mean=False)
+    np.testing.assert_array_equal(shifted, np.where(mask, np.float32(constant), 0))
+
+
+def test_one_token_and_no_token():
+    values = np.array([[3.0, 4.0], [5.0, 6.0]], np.float32)
+    one = np.array([[False, True], [False, False]])
+    for convention, want in (
+        ("exact", 0.0),
+        ("openrlhf", 0.0),
+        ("verl", np.nan),
+        ("tunix", np.nan),
+    ):
+        got = np.asarray(rn.masked_whiten(values, one, convention=convention))
+        np.testing.assert_array_equal(got, np.where(one, want, 0.0))
+        none = rn.masked_whiten(values, np.zeros((2, 2), bool), convention=convention)
+        np.testing.assert_array_equal(none, 0.0)
+
+
+def test_float64_matches_the_references_at_1e_12():
+    with jax.enable_x64(True):
+        values, mask = tokens(6)
+        values = values.astype(np.float64) + np.random.default_rng(0).random(values.shape) * 1e-3
+        for convention in WHITENING:
+            got = rn.masked_whiten(values, mask, convention=convention)
+            assert got.dtype == jnp.float64
+            # verl and Tunix divide by the count plus 1e-8, which the library leaves out
+            # (below float32's resolution): a relative 1e-8 / n in float64.
+            tolerance = 1e-12 + (3e-8 / mask.sum() if convention in ("verl", "tunix") else 0)
+            assert_close(got, whiten_reference(convention, values, mask), tolerance)
+
+
+def test_near_constant_values_far_from_zero_keep_float32_accuracy():
+    # Spread 1e-5 of the mean: a float32 sum of squares about the mean loses every digit.
+    rng = np.random.default_rng(7)
+    values = (1e4 + rng.standard_normal((16, 64)) * 0.1).astype(np.float32)
+    mask = np.ones(values.shape, bool)
+    assert_close(rn.masked_whiten(values, mask), exact_whiten(values, mask), 2e-5)
+
+
+def test_sequence_scores_spread_over_their_tokens():
+    # One score per sequence, (B, 1), whitened over every response token of the batch.
+    values, mask = tokens(8)
+    scores = values[:, :1]
+    got = rn.masked_whiten(scores, mask)
+    assert_close(got, exact_whiten(np.broadcast_to(scores, mask.shape), mask))
+
+
+def test_reinforce_pp_baseline_and_gdpo_complete_on_the_whitening():
+    # verl's two estimators that whiten over tokens after the group step: the group step of
+    # group_advantages, then masked_whiten of each answer's advantage over its tokens.
+    rng = np.random.default_rng(9)
+    values, mask = tokens(9, rows=12)
+    ids = rng.integers(0, 5, 12)
+    scores = rng.integers(0, 2, 12).astype(np.float32)  # includes a group of one, most likely
+    baseline = rn.group_advantages("reinforce_pp_baseline", convention="verl", num_groups=5)
+    advantages = baseline.apply(scores, group_ids=ids).advantages
+    got = rn.masked_whiten(advantages[:, None], mask, convention="verl")
+    assert_close(got, reference.verl_reinforce_pp_baseline(scores, ids, mask))
+    rewards = rng.random((12, 2)).astype(np.float32)
+    gdpo = rn.group_advantages("gdpo", convention="verl", num_groups=5, reward_weights=(1.0, 0.5))
+    advantages = gdpo.apply(rewards, group_ids=ids).advantages
+    got = rn.masked_whiten(advantages[:, None], mask, convention="verl")
+    assert_close(got, reference.verl_gdpo(rewards, ids, mask, (1.0, 0.5)), 1e-5)
+
+
+def test_whitening_under_jit_vmap_and_an_axis_name():
+    values, mask = tokens(10)
+    want = rn.masked_whiten(values, mask)
+    np.testing.assert_allclose(jax.jit(rn.masked_whiten)(values, mask), want, rtol=1e-6)
+    # The rows as a mapped axis with its name: the statistics of all of them, as one call.
+    per_row = jax.vmap(lambda v, m: rn.masked_whiten(v, m, axis_name="rows"), axis_name="rows")
+    np.testing.assert_allclose(per_row(values, mask), want, rtol=1e-5, atol=1e-6)
+    # Without the name, each row is its own batch.
+    rows = jax.vmap(rn.masked_whiten)(values, mask)
+    np.testing.assert_allclose(rows[3], rn.masked_whiten(values[3], mask[3]), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda v, m: rn.masked_whiten(v, m, convention="trl"), "convention should be one of"),
+        (lambda v, m: rn.masked_whiten(v, m, shift_mean="no"), "shift_mean should be a bool"),
+        (lambda v, m: rn.masked_whiten(v, m * 0.5), "mask holds 0.5; expected 0/1"),
+        (lambda v, m: rn.masked_whiten(v[:, :3], m), r"values has shape \(8, 3\)"),
+        (lambda v, m: rn.masked_whiten(v, True), "mask is a scalar"),
+        (lambda v, m: rn.masked_whiten(v, m, axis_name=0), "axis_name should be None"),
+    ],
+)
+def test_whitening_options_and_inputs_are_checked(call, message):
+    values, mask = tokens(11)
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(values, mask.astype(np.float32))
+
+
+def test_complex_values_are_refused():
+    with pytest.raises(TypeError, match="values should hold real numbers"):
+        rn.masked_whiten(np.ones((2, 2), np.complex64), np.ones((2, 2), bool))
+
+
+# The KL estimate ------------------------------------------------------------------------
+
+KL = {
+    "exact": ("k1", "abs", "k2", "k3"),
+    "verl": ("k1", "abs", "k2", "k3"),
+    "openrlhf": ("k1", "k2", "k3"),
+    "tunix": ("k1", "k2", "k3"),
+}
+
+
+def log_probs(seed=0, shape=(6, 50)):
+    """Float32 log-probabilities: near the reference, far from it, and past every clamp."""
+    rng = np.random.default_rng(seed)
+    ref = -rng.exponential(2.0, shape).astype(np.float32)
+    ratio = rng.choice([1e-5, 1e-3, 0.3, 3.0, 15.0, 30.0], shape) * rng.choice([-1, 1], shape)
+    logp = (ref + ratio).astype(np.float32)
+    return logp, ref
+
+
+def kl_reference(convention, estimator, logp, ref, clip=None):
+    if convention == "verl":
+        return reference.verl_kl(logp, ref, estimator)
+    if convention == "openrlhf":
+        return reference.openrlhf_kl(logp, ref, estimator)
+    if convention == "tunix":
+        return reference.tunix_kl(logp, ref, estimator, clip)
+    ratio = logp.astype(np.float64) - ref.astype(np.float64)
+    exact = {
+        "k1": ratio,
+        "abs": np.abs(ratio),
+        "k2": ratio**2 / 2,
+        "k3": np.vectorize(reference.exact_k3)(ratio),
+    }[estimator]
+    return exact if clip is None else np.clip(exact, -clip, clip)
+
+
+@pytest.mark.parametrize(
+    ("convention", "estimator"), [(c, e) for c, names in KL.items() for e in names]
+)
+def test_kl_estimates_match_each_trainer(convention, estimator):
+    logp, ref = log_probs()
+    got = rn.kl_estimate(logp, ref, estimator=estimator, convention=convention)
+    want = kl_reference(convention, estimator, logp, ref)
+    if convention != "exact" and estimator == "k3":
+        # The references' float64 exp(-d) - 1 + d keeps about 1e-16 absolute near 0.
+        want = np.where(np.abs(want) < 1e-8, kl_reference("exact", "k3", logp, ref), want)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_the_clamps_bind_where_the_trainers_have_them():
+    logp = np.array([-100.0, -1.0, -1.0], np.float32)
+    ref = np.array([-1.0, -30.0, -1.0], np.float32)
+    exact = rn.kl_estimate(logp, ref, estimator="k3")
+    verl = rn.kl_estimate(logp, ref, estimator="k3", convention="verl")
+    openrlhf = rn.kl_estimate(logp, ref, estimator="k1", convention="openrlhf")
+    assert np.isinf(exact[0]) and exact[1] == pytest.approx(28.0)  # exp(99) overflows float32
+    np.testing.assert_array_equal(verl, [10.0, 10.0, 0.0])  # exp(20) - 21 and 28, clamped
+    np.testing.assert_array_equal(openrlhf, [-10.0, 10.0, 0.0])
+    tunix = rn.kl_estimate(logp, ref, estimator="k3", convention="tunix", clip=5.0)
+    np.testing.assert_array_equal(tunix, [5.0, 5.0, 0.0])  # Tunix's clamp_value
+
+
+def test_k3_is_accurate_where_the_trainers_float32_formula_is_not():
+    ref = np.full(4, -1.0, np.float32)
+    logp = ref + np.array([1e-3, -1e-3, 1e-4, 3e-5], np.float32)
+    ratio = logp.astype(np.float64) - ref
+    want = np.vectorize(reference.exact_k3)(ratio)
+    d = (ref - logp).astype(np.float32)
+    upstream = np.exp(d) - d - 1  # Tunix's, and verl's between its clamps, in float32
+    assert np.abs(upstream / want - 1).max() > 0.04
+    np.testing.assert_allclose(rn.kl_estimate(logp, ref, estimator="k3"), want, rtol=1e-6)
+
+
+def test_masked_out_positions_give_zero_values_and_zero_gradients():
+    logp = jnp.array([-1.0, -0.5, -jnp.inf, jnp.nan])
+    ref = jnp.array([-1.5, -0.5, -2.0, -jnp.inf])
+    mask = jnp.array([True, True, False, False])
+    for estimator in ("k1", "abs", "k2", "k3", "k3+"):
+        value = rn.kl_estimate(logp, ref, mask, estimator=estimator)
+        assert np.all(value[2:] == 0) and np.isfinite(value).all(), estimator
+        grad = jax.grad(lambda lp, e=estimator: rn.kl_estimate(lp, ref, mask, estimator=e).sum())
+        g = grad(logp)
+        assert np.isfinite(g).all() and np.all(g[2:] == 0), estimator
+
+
+@pytest.mark.parametrize("estimator", ["k1+", "abs+", "k3+"])
+def test_straight_through_keeps_the_value_and_takes_the_gradient_of_k2(estimator):
+    logp, ref = log_probs(1, (20,))
+    logp = jnp.asarray(np.clip(logp, ref - 2, ref + 2))
+    plain = estimator.rstrip("+")
+    for convention in ("exact", "verl"):
+        value = rn.kl_estimate(logp, ref, estimator=estimator, convention=convention)
+        np.testing.assert_array_equal(
+            value, rn.kl_estimate(logp, ref, estimator=plain, convention=convention)
+        )
+
+        def total(lp, name, c=convention):
+            return rn.kl_estimate(lp, ref, estimator=name, convention=c).sum()
+
+        np.testing.assert_allclose(
+            jax.grad(total)(logp, estimator), logp - ref, rtol=1e-6, atol=1e-7
+        )
+
+
+def test_kl_penalized_rewards_match_verl_and_are_not_poisoned():
+    rng = np.random.default_rng(3)
+    logp, ref = log_probs(3)
+    mask = np.arange(50) < rng.integers(1, 51, (6, 1))
+    scores = np.zeros((6, 50), np.float32)
+    scores[np.arange(6), mask.sum(1) - 1] = rng.random(6)  # the score at the last token
+    for estimator in ("k1", "k2", "k3"):
+        want = reference.verl_kl_in_reward(scores, logp, ref, mask, 0.05, estimator)
+        got = rn.kl_penalized_rewards(
+            scores, logp, ref, mask, beta=0.05, estimator=estimator, convention="verl"
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    padded = logp.copy()
+    padded[~mask] = -np.inf  # padding: verl's kld * mask is NaN there
+    assert np.isnan(reference.verl_kl_in_reward(scores, padded, ref, mask, 0.05, "k1")[~mask]).all()
+    got = rn.kl_penalized_rewards(scores, padded, ref, mask, beta=0.05, convention="verl")
+    np.testing.assert_array_equal(np.asarray(got)[~mask], scores[~mask])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda lp, r: rn.kl_estimate(lp, r, estimator="k4"), "estimator should be one of"),
+        (
+            lambda lp, r: rn.kl_estimate(lp, r, estimator="abs", convention="openrlhf"),
+            "convention='exact' has them all",
+        ),
+        (lambda lp, r: rn.kl_estimate(lp, r, convention="trl"), "convention should be one of"),
+        (lambda lp, r: rn.kl_estimate(lp, r, clip=0), "clip should be None or a number > 0"),
+        (lambda lp, r: rn.kl_estimate(lp, r[:2]), r"ref_log_probs has shape \(2, 50\)"),
+        (lambda lp, r: rn.kl_estimate(lp, r, r[:1] < 0), r"mask has shape \(1, 50\)"),
+        (lambda lp, r: rn.kl_penalized_rewards(lp, lp, r, beta=-1), "beta should be"),
+        (lambda lp, r: rn.kl_penalized_rewards(lp[:, :2], lp, r, beta=1), "rewards has shape"),
+    ],
+)
+def test_kl_options_and_inputs_are_checked(call, message):
+    logp, ref = log_probs()
+    with pytest.raises(ValueError, match=message):
+        call(logp, ref)
+
+
+# The overlong penalty -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("convention", ["exact", "openrlhf", "verl", "tunix"])
+@pytest.mark.parametrize(("max_length", "buffer", "factor"), [(1000, 100, 1.0), (512, 512, 0.5)])
+def test_overlong_penalty_matches_each_trainer(convention, max_length, buffer, factor):
+    lengths = np.arange(0, 2 * max_length + 1, 7)
+    capped = convention in ("exact", "openrlhf")
+    fn = reference.openrlhf_overlong if capped else reference.dapo_overlong
+    want = [fn(length, max_length, buffer, factor) for length in lengths]
+    got = rn.overlong_penalty(
+        lengths,
+        max_length=max_length,
+        buffer_length=buffer,
+        penalty_factor=factor,
+        convention=convention,
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert np.all(np.signbit(np.asarray(got)) == (np.asarray(want) < 0))  # no -0.0
+
+
+def test_overlong_penalty_under_jit_takes_lengths_from_a_mask():
+    mask = np.arange(10) < np.array([[3], [9], [10]])
+    fn = jax.jit(lambda m: rn.overlong_penalty(m.sum(-1), max_length=10, buffer_length=4))
+    np.testing.assert_allclose(fn(mask), [0.0, -0.75, -1.0])
+    traced = jax.jit(lambda n: rn.overlong_penalty(n, max_length=10, buffer_length=4))
+    assert np.isnan(traced(jnp.array([-1.0]))).all()  # a traced length out of range
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_length": 0, "buffer_length": 1}, "max_length should be a finite number > 0"),
+        ({"max_length": 10, "buffer_length": 11}, r"buffer_length should be .* in \(0, max_"),
+        ({"max_length": 10, "buffer_length": 0}, "buffer_length should be"),
+        ({"max_length": 10, "buffer_length": 2, "penalty_factor": -1}, "penalty_factor"),
+        ({"max_length": "10", "buffer_length": 2}, "max_length should be"),
+        ({"max_length": 10, "buffer_length": 2, "convention": "trl"}, "convention should be"),
+    ],
+)
+def test_overlong_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        rn.overlong_penalty([5], **options)
+
+
+def test_overlong_lengths_are_checked():
+    for bad in ([-1], [np.nan], [np.inf]):
+        with pytest.raises(ValueError, match="lengths holds .*; expected finite lengths >= 0"):
+            rn.overlong_penalty(bad, max_length=10, buffer_length=2)
