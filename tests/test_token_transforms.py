@@ -102,14 +102,16 @@ def test_the_trainers_own_code_is_poisoned_by_masked_out_values():
     assert np.isnan(reference.tunix_masked_whiten(values, mask)).all()
     assert np.isnan(reference.openrlhf_whiten(values, mask)).all()
     verl = reference.verl_masked_whiten(values, mask)
-    assert np.isfinite(verl[mask]).all() and np.isnan(verl[~mask]).all()
+    assert np.isfinite(verl[mask]).all()
+    assert np.isnan(verl[~mask]).all()
 
 
 def test_a_nan_at_a_masked_in_position_is_dropped_or_spreads_by_convention():
     values, mask = tokens(4)
     values[2, 0] = np.nan
     exact = np.asarray(rn.masked_whiten(values, mask))
-    assert np.isnan(exact[2, 0]) and np.isnan(exact).sum() == 1
+    assert np.isnan(exact[2, 0])
+    assert np.isnan(exact).sum() == 1
     kept = mask.copy()
     kept[2, 0] = False
     np.testing.assert_array_equal(
@@ -118,7 +120,8 @@ def test_a_nan_at_a_masked_in_position_is_dropped_or_spreads_by_convention():
     )
     for convention in ("verl", "tunix", "openrlhf"):
         got = np.asarray(rn.masked_whiten(values, mask, convention=convention))
-        assert np.isnan(got[mask]).all() and np.all(got[~mask] == 0), convention
+        assert np.isnan(got[mask]).all(), convention
+        assert np.all(got[~mask] == 0), convention
 
 
 @pytest.mark.parametrize("convention", WHITENING)
@@ -180,7 +183,7 @@ def test_reinforce_pp_baseline_and_gdpo_complete_on_the_whitening():
     # verl's two estimators that whiten over tokens after the group step: the group step of
     # group_advantages, then masked_whiten of each answer's advantage over its tokens.
     rng = np.random.default_rng(9)
-    values, mask = tokens(9, rows=12)
+    _values, mask = tokens(9, rows=12)
     ids = rng.integers(0, 5, 12)
     scores = rng.integers(0, 2, 12).astype(np.float32)  # includes a group of one, most likely
     baseline = rn.group_advantages("reinforce_pp_baseline", convention="verl", num_groups=5)
@@ -283,7 +286,8 @@ def test_the_clamps_bind_where_the_trainers_have_them():
     exact = rn.kl_estimate(logp, ref, estimator="k3")
     verl = rn.kl_estimate(logp, ref, estimator="k3", convention="verl")
     openrlhf = rn.kl_estimate(logp, ref, estimator="k1", convention="openrlhf")
-    assert np.isinf(exact[0]) and exact[1] == pytest.approx(28.0)  # exp(99) overflows float32
+    assert np.isinf(exact[0])
+    assert exact[1] == pytest.approx(28.0)
     np.testing.assert_array_equal(verl, [10.0, 10.0, 0.0])  # exp(20) - 21 and 28, clamped
     np.testing.assert_array_equal(openrlhf, [-10.0, 10.0, 0.0])
     tunix = rn.kl_estimate(logp, ref, estimator="k3", convention="tunix", clip=5.0)
@@ -307,10 +311,12 @@ def test_masked_out_positions_give_zero_values_and_zero_gradients():
     mask = jnp.array([True, True, False, False])
     for estimator in ("k1", "abs", "k2", "k3", "k3+"):
         value = rn.kl_estimate(logp, ref, mask, estimator=estimator)
-        assert np.all(value[2:] == 0) and np.isfinite(value).all(), estimator
+        assert np.all(value[2:] == 0), estimator
+        assert np.isfinite(value).all(), estimator
         grad = jax.grad(lambda lp, e=estimator: rn.kl_estimate(lp, ref, mask, estimator=e).sum())
         g = grad(logp)
-        assert np.isfinite(g).all() and np.all(g[2:] == 0), estimator
+        assert np.isfinite(g).all(), estimator
+        assert np.all(g[2:] == 0), estimator
 
 
 @pytest.mark.parametrize("estimator", ["k1+", "abs+", "k3+"])
@@ -420,5 +426,5 @@ def test_overlong_options_are_checked(options, message):
 
 def test_overlong_lengths_are_checked():
     for bad in ([-1], [np.nan], [np.inf]):
-        with pytest.raises(ValueError, match="lengths holds .*; expected finite lengths >= 0"):
+        with pytest.raises(ValueError, match=r"lengths holds .*; expected finite lengths >= 0"):
             rn.overlong_penalty(bad, max_length=10, buffer_length=2)
