@@ -44,8 +44,8 @@ myst_enable_extensions = ["dollarmath", "colon_fence"]
 myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
-# The Brax, Jumanji and JaxMARL adapters are documented without their frameworks installed.
-autodoc_mock_imports = ["brax", "jumanji", "jaxmarl", "mujoco_playground"]
+# The Brax, Jumanji, JaxMARL and Tunix adapters are documented without their frameworks installed.
+autodoc_mock_imports = ["brax", "jumanji", "jaxmarl", "mujoco_playground", "tunix"]
 autodoc_typehints = "description"
 # Types for the documented arguments only: a class's fields are documented once, as attributes.
 autodoc_typehints_description_target = "documented"
@@ -88,6 +88,7 @@ PUBLIC_MODULES = {
     "rewardnorm_jax.brax": ("rewardnorm_jax.gymnax",),
     "rewardnorm_jax.jumanji": ("rewardnorm_jax.gymnax",),
     "rewardnorm_jax.jaxmarl": ("rewardnorm_jax.gymnax",),
+    "rewardnorm_jax.tunix": (),
 }
 
 

@@ -645,10 +645,10 @@ def whitening_runs() -> dict:
     result: dict[str, dict] = {}
     for convention in ("exact", "verl", "tunix", "openrlhf"):
         for shift_mean in (True, False):
-            options = {"convention": convention, "shift_mean": shift_mean}
-            want = np.asarray(jax.jit(partial(rn.masked_whiten, **options))(values, mask))
+            whiten = partial(rn.masked_whiten, convention=convention, shift_mean=shift_mean)
+            want = np.asarray(jax.jit(whiten)(values, mask))
             fn = jax.shard_map(
-                partial(rn.masked_whiten, **options, axis_name="device"),
+                partial(whiten, axis_name="device"),
                 mesh=mesh,
                 in_specs=(P("device"), P("device")),
                 out_specs=P("device"),

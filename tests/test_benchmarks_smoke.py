@@ -49,6 +49,7 @@ NEEDS = {
     "scaling": "gymnasium",
     "streams": None,
     "group_advantages": None,
+    "float32_residue": None,
 }
 
 
@@ -163,3 +164,20 @@ def test_group_advantages(capsys):
     for row in rows:
         assert_positive_numbers(row[2:5])
         assert float(row[5]) <= 1e-4  # the largest deviation from the plain formula
+
+
+def test_float32_residue(capsys):
+    rows = table_rows(run_main("float32_residue", ["--markdown"], capsys))
+    assert [row[0] for row in rows] == [
+        "grpo, trl",
+        "grpo, verl",
+        "grpo, openrlhf",
+        "masked whitening, verl / tunix",
+        *["k3, relative error"] * 3,
+    ]
+    for row in rows[:4]:
+        assert float(row[2]) > 0.01  # the trainer's formula leaves a residue
+        assert float(row[3]) == 0.0  # the library gives exactly 0
+    for row in rows[4:]:
+        assert float(row[3]) < 1e-6  # k3 within float32 rounding
+    assert float(rows[-1][2]) > 0.5  # the float32 exp(d) - d - 1 at d = 1e-4

@@ -213,7 +213,10 @@ def test_whitening_under_jit_vmap_and_an_axis_name():
     ("call", "message"),
     [
         (lambda v, m: rn.masked_whiten(v, m, convention="trl"), "convention should be one of"),
-        (lambda v, m: rn.masked_whiten(v, m, shift_mean="no"), "shift_mean should be a bool"),
+        (
+            lambda v, m: rn.masked_whiten(v, m, shift_mean="no"),  # type: ignore[arg-type]
+            "shift_mean should be a bool",
+        ),
         (lambda v, m: rn.masked_whiten(v, m * 0.5), "mask holds 0.5; expected 0/1"),
         (lambda v, m: rn.masked_whiten(v[:, :3], m), r"values has shape \(8, 3\)"),
         (lambda v, m: rn.masked_whiten(v, True), "mask is a scalar"),

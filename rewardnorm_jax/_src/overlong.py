@@ -68,7 +68,7 @@ def overlong_penalty(
       ...                     convention="tunix").tolist()
       [-2.0]
     """
-    if not (isinstance(convention, str) and convention in OVERLONG_CONVENTIONS):
+    if convention not in OVERLONG_CONVENTIONS:
         raise ValueError(
             f"convention should be one of {', '.join(map(repr, OVERLONG_CONVENTIONS))}, got "
             f"convention={convention!r}."

@@ -51,12 +51,14 @@ def tunix_estimator(
             f"estimator={estimator!r} needs {needs}, which Tunix's learner does not pass to "
             "its estimator."
         )
-    options = {"convention": convention, "standardize_batch": standardize_batch}
-    group_advantages(estimator, group_size=2, **options)  # the options' errors, now
+    build = functools.partial(
+        group_advantages, estimator, convention=convention, standardize_batch=standardize_batch
+    )
+    build(group_size=2)  # the options' errors, now
 
     @functools.cache
     def compiled(num_generations: int):
-        return jax.jit(group_advantages(estimator, group_size=num_generations, **options).apply)
+        return jax.jit(build(group_size=num_generations).apply)
 
     def estimate(rewards, num_generations: int) -> jax.Array:
         return compiled(num_generations)(rewards).advantages
