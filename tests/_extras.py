@@ -28,6 +28,8 @@ OPTIONAL = {
     "optax": "demo",
     "matplotlib": "demo",
     "rlax": "dev",
+    "tunix": "tunix",
+    "grain": "tunix",
 }
 
 

@@ -431,3 +431,110 @@ def test_overlong_lengths_are_checked():
     for bad in ([-1], [np.nan], [np.inf]):
         with pytest.raises(ValueError, match=r"lengths holds .*; expected finite lengths >= 0"):
             rn.overlong_penalty(bad, max_length=10, buffer_length=2)
+
+
+# Edges: exact straight-through values, clamps without NaN gradients, dtypes, ranks ---------
+
+
+def test_straight_through_values_equal_the_estimate_exactly_at_any_log_ratio():
+    logp = np.array([12345.67, 123456.7, -1e4, 7.3, 30.0], np.float32)
+    ref = np.array([0.0, 0.0, -1.0, 0.0, 0.0], np.float32)
+    for estimator, convention in (("k3+", "verl"), ("k1+", "exact"), ("abs+", "exact")):
+        plain = rn.kl_estimate(logp, ref, estimator=estimator[:-1], convention=convention)
+        through = rn.kl_estimate(logp, ref, estimator=estimator, convention=convention)
+        np.testing.assert_array_equal(through, plain)
+    infinite = rn.kl_estimate(np.float32([0.0]), np.float32([-np.inf]), estimator="k1+")
+    np.testing.assert_array_equal(infinite, [np.inf])
+
+
+@pytest.mark.parametrize(("convention", "clip"), [("openrlhf", None), ("exact", 10.0)])
+def test_a_clamped_k3_has_zero_gradient_where_it_is_clamped(convention, clip):
+    # exp(-log ratio) overflows float32 below -88.7: the clamp is flat there, its gradient 0.
+    logp = jnp.array([-89.0, -100.0, -0.5], jnp.float32)
+
+    def total(lp):
+        return rn.kl_estimate(lp, jnp.zeros(3), estimator="k3", convention=convention, clip=clip)
+
+    np.testing.assert_array_equal(total(logp)[:2], [10.0, 10.0])
+    grad = jax.grad(lambda lp: total(lp).sum())(logp)
+    np.testing.assert_allclose(grad, [0.0, 0.0, 1 - np.exp(0.5)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, np.int32])
+def test_kl_of_narrow_and_integer_inputs_is_computed_in_float32(dtype):
+    logp = np.array([-1.0, -3.0, -2.0]).astype(dtype)
+    ref = np.array([-2.0, -1.0, -2.0]).astype(dtype)
+    got = rn.kl_estimate(logp, ref, estimator="k3")
+    assert got.dtype == jnp.float32
+    ratio = np.asarray(logp, np.float64) - np.asarray(ref, np.float64)
+    np.testing.assert_allclose(got, np.expm1(-ratio) + ratio, rtol=1e-6)
+
+
+def test_kl_in_float64_matches_the_references_at_1e_14():
+    # k3's references (exp(d) - d - 1) keep about 1e-16 absolute near 0, so k3 is compared
+    # with its series, under each convention's clamps.
+    exact_k3 = np.vectorize(reference.exact_k3)
+    with jax.enable_x64(True):
+        logp, ref = log_probs(5)
+        logp, ref = logp.astype(np.float64), ref.astype(np.float64)
+        ratio = logp - ref
+        k3 = {
+            "exact": exact_k3(ratio),
+            "verl": np.clip(exact_k3(np.clip(ratio, -20, 20)), -10, 10),
+            "openrlhf": np.clip(exact_k3(ratio), -10, 10),
+            "tunix": exact_k3(ratio),
+        }
+        for convention, names in KL.items():
+            for estimator in names:
+                got = rn.kl_estimate(logp, ref, estimator=estimator, convention=convention)
+                assert got.dtype == jnp.float64
+                want = k3[convention] if estimator == "k3" else None
+                if want is None:
+                    want = kl_reference(convention, estimator, logp, ref)
+                np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+
+
+def test_a_traced_beta_is_taken_and_a_traced_clip_is_refused_by_name():
+    logp, ref = log_probs(6)
+    rewards = np.zeros_like(logp)
+    penalized = jax.jit(lambda b: rn.kl_penalized_rewards(rewards, logp, ref, beta=b))(0.5)
+    np.testing.assert_allclose(penalized, -0.5 * (logp.astype(np.float64) - ref), rtol=1e-6)
+    with pytest.raises(TypeError, match="clip should be a concrete number"):
+        jax.jit(lambda c: rn.kl_estimate(logp, ref, clip=c))(1.0)
+    with pytest.raises(ValueError, match=r"beta=1e\+300 rounds to inf in float32"):
+        rn.kl_penalized_rewards(rewards, logp, ref, beta=1e300)
+
+
+def test_values_with_fewer_axes_than_the_mask_are_refused():
+    # (B,) against (B, T) with B == T would broadcast along the tokens.
+    values, mask = np.arange(4.0), np.ones((4, 4), bool)
+    with pytest.raises(ValueError, match=r"values has shape \(4,\), .* with as many axes"):
+        rn.masked_whiten(values, mask)
+    with pytest.raises(ValueError, match=r"rewards has shape \(4,\), .* with as many axes"):
+        rn.kl_penalized_rewards(values, mask * -1.0, mask * -1.0, beta=0.1)
+
+
+def test_a_variance_below_float32_range_meets_the_guard_or_gives_nan():
+    values, mask = np.array([[0, 0, 0, 1e-20]], np.float32), np.ones((1, 4), bool)
+    verl = np.asarray(rn.masked_whiten(values, mask, convention="verl"), np.float64)
+    # verl's formula: deviations times rsqrt(0 + 1e-8), about 1e-16.
+    np.testing.assert_allclose(verl, [[-2.5e-17, -2.5e-17, -2.5e-17, 7.5e-17]], rtol=1e-5)
+    assert np.isnan(rn.masked_whiten(values, mask)).all()  # documented: no guard, no range
+
+
+def test_whitened_values_are_targets_without_gradient():
+    values, mask = tokens(12)
+    grad = jax.grad(lambda v: rn.masked_whiten(v, mask).sum())(values)
+    np.testing.assert_array_equal(grad, 0.0)
+    estimator = rn.group_advantages("grpo", group_size=4)
+    grad = jax.grad(lambda r: estimator.apply(r).advantages.sum())(jnp.arange(8.0))
+    np.testing.assert_array_equal(grad, 0.0)
+
+
+def test_overlong_options_that_configure_the_computation_are_static_and_normal():
+    with pytest.raises(TypeError, match="max_length should be a concrete number"):
+        jax.jit(lambda m: rn.overlong_penalty([3], max_length=m, buffer_length=1))(5.0)
+    with pytest.raises(ValueError, match="buffer_length should be a positive number that is"):
+        rn.overlong_penalty([10], max_length=10, buffer_length=1e-40)
+    with pytest.raises(ValueError, match="convention should be one of"):
+        rn.overlong_penalty([10], max_length=10, buffer_length=1, convention=np.array(["exact"]))

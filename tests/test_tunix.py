@@ -14,7 +14,7 @@ tunix = pytest.importorskip("tunix", reason="the tunix extra is not installed")
 import optax  # noqa: E402
 from flax import nnx  # noqa: E402
 from grain import python as grain  # noqa: E402
-from tunix.rl import algo_core, function_registry  # noqa: E402
+from tunix.rl import algo_core, common, function_registry  # noqa: E402
 from tunix.rl import rl_cluster as rl_cluster_lib  # noqa: E402
 from tunix.rl.grpo import grpo_learner  # noqa: E402
 from tunix.rl.rollout import base_rollout  # noqa: E402
@@ -73,8 +73,55 @@ def test_the_tunix_convention_equals_tunix_own_estimators_and_gives_zero_for_con
 def test_estimators_tunix_cannot_feed_are_refused():
     with pytest.raises(ValueError, match="needs lengths, which Tunix's learner does not pass"):
         rnt.tunix_estimator("opo")
+    with pytest.raises(ValueError, match="needs token masks"):
+        rnt.tunix_estimator("reinforce_pp_baseline")
     with pytest.raises(ValueError, match="convention='tunix' has no estimator 'batch_std'"):
         rnt.tunix_estimator("batch_std", convention="tunix")
+
+
+def test_num_generations_may_be_any_integer_and_is_checked_by_name():
+    grpo = rnt.tunix_estimator("grpo", convention="tunix")
+    rewards = [1.0, 0.0, 0.5, 0.5]  # a list, as a reward function may return
+    want = grpo(rewards=np.array(rewards), num_generations=2)
+    for size in (np.int64(2), jnp.int32(2)):
+        np.testing.assert_array_equal(grpo(rewards=rewards, num_generations=size), want)
+    with pytest.raises(ValueError, match="num_generations should be an integer >= 2"):
+        grpo(rewards=rewards, num_generations=1)
+    with pytest.raises(TypeError, match=r"num_generations should be an integer, got .*2\.0"):
+        grpo(rewards=rewards, num_generations=2.0)
+
+
+def test_the_token_level_terms_equal_tunix_own_functions():
+    # Tunix's masked_whiten, compute_kl_divergence and DAPO reward shaping, on the same inputs.
+    from tunix.rl.grpo import dapo_learner
+
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal((4, 16)).astype(np.float32)
+    mask = np.arange(16) < rng.integers(2, 17, (4, 1))
+    theirs = np.asarray(algo_core.masked_whiten(jnp.asarray(values), jnp.asarray(mask)))
+    ours = rn.masked_whiten(values, mask, convention="tunix")
+    np.testing.assert_allclose(ours, np.where(mask, theirs, 0), rtol=2e-6, atol=2e-6)
+    logp = -rng.exponential(1.0, (4, 16)).astype(np.float32)
+    ref = (logp + rng.normal(0, 0.5, (4, 16))).astype(np.float32)
+    for estimator, method in (("k1", "kl"), ("k2", "mse_kl"), ("k3", "low_var_kl")):
+        theirs = common.compute_kl_divergence(jnp.asarray(logp), jnp.asarray(ref), method=method)
+        ours = rn.kl_estimate(logp, ref, estimator=estimator, convention="tunix")
+        np.testing.assert_allclose(ours, theirs, rtol=2e-6, atol=2e-7)
+    buffer = {
+        "overlong_buffer_length": 4,
+        "overlong_buffer_penalty": 0.5,
+        "max_response_length": 10,
+    }
+    completions = ["x" * n for n in range(16)]
+    theirs = dapo_learner.reward_shaping([], completions, None, overlong_buffer=buffer)
+    ours = rn.overlong_penalty(
+        [len(c) for c in completions],
+        max_length=10,
+        buffer_length=4,
+        penalty_factor=0.5,
+        convention="tunix",
+    )
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
 class Prompts(grain.RandomAccessDataSource):
@@ -110,11 +157,20 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
             ),
         ),
     )
-    seen = []
+    seen, called = [], []
 
     def record(rewards, advantages, **_):
         seen.append((np.asarray(rewards), np.asarray(advantages)))
         return {}
+
+    # The registered entry, wrapped to count the learner's calls (restored below).
+    registered = function_registry.get_advantage_estimator("rewardnorm_grpo")
+
+    def spy(**kwargs):
+        called.append(kwargs["num_generations"])
+        return registered(**kwargs)
+
+    function_registry.register_advantage_estimator("rewardnorm_grpo")(spy)
 
     learner = grpo_learner.GRPOLearner(
         rl_cluster=cluster,
@@ -125,8 +181,12 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
         metric_fns=[record],
     )
     dataset = grain.MapDataset.source(Prompts()).batch(2).map(lambda x: {"prompts": x})
-    learner.train(dataset, None)
+    try:
+        learner.train(dataset, None)
+    finally:
+        function_registry.register_advantage_estimator("rewardnorm_grpo")(registered)
 
+    assert called == [4, 4]  # the library's estimator, once per step
     assert len(seen) == 2  # two steps, each with its batch of 2 prompts x 4 answers
     for rewards, advantages in seen:
         assert rewards.shape == advantages.shape == (8,)

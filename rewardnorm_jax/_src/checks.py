@@ -297,17 +297,64 @@ def as_mask(name: str, mask) -> jax.Array:
     """``mask`` as a bool array, after checking it holds flags, and only 0 and 1 where concrete.
 
     Trainers keep their masks as bools, integers or floats; a concrete mask
-    with another value (a weight of 0.5) is refused, not read as True.
+    with another value (a weight of 0.5) is refused, not read as True. A
+    traced mask cannot be read, and counts as True where nonzero.
 
     Raises:
-      TypeError: for a mask that is not of flags (:func:`check_flag`).
+      TypeError: for a mask of another dtype (strings, complex numbers).
       ValueError: naming ``name`` and its first value other than 0 and 1.
     """
-    check_flag(name, mask)
+    if not _is_real_dtype(_dtype_of(mask)):
+        raise TypeError(
+            f"{name} should hold bools or 0/1 numbers, one per position, got "
+            f"{name}={describe(mask)}."
+        )
     if not isinstance(mask, jax.core.Tracer):
         marks = np.asarray(mask)
         refuse_where(name, marks, (marks != 0) & (marks != 1), "0/1 or bool values")
     return jnp.asarray(mask) != 0
+
+
+def as_lengths(name: str, lengths, dtype) -> jax.Array:
+    """``lengths`` as an array of ``dtype``: concrete ones checked finite and >= 0.
+
+    A traced length out of range becomes NaN, so that whatever it enters is
+    NaN rather than a wrong number.
+
+    Raises:
+      TypeError: for lengths that are not real numbers.
+      ValueError: naming ``name`` and its first length out of range.
+    """
+    check_reward(name, lengths)
+    valid = f"finite lengths >= 0 (that fit {np.dtype(dtype).name})"
+    if not isinstance(lengths, jax.core.Tracer):
+        with np.errstate(over="ignore"):
+            values = np.asarray(lengths).astype(dtype)
+        refuse_where(name, values, ~(values >= 0) | np.isinf(values), valid)
+    lengths = jnp.asarray(lengths, dtype)
+    return jnp.where((lengths >= 0) & jnp.isfinite(lengths), lengths, jnp.nan)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``choices``; a ValueError naming ``name`` otherwise."""
+    if not (isinstance(value, str) and value in choices):
+        raise ValueError(
+            f"{name} should be one of {', '.join(map(repr, choices))}, got {name}={value!r}."
+        )
+    return value
+
+
+def check_static(name: str, value) -> None:
+    """Raises a TypeError naming ``name`` if ``value`` is traced: it configures the computation.
+
+    Options that shape the compiled computation (a clamp, a length limit) are
+    Python numbers, read when the function is traced.
+    """
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{name} should be a concrete number, got the traced value {value}: pass it as a "
+            "Python or NumPy number, not as an argument of the jitted function."
+        )
 
 
 def broadcast_shape(*shapes: Shape) -> Shape | None:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rewardnorm_jax._src import checks
 
@@ -47,7 +46,8 @@ def overlong_penalty(
 
     Args:
       lengths: each answer's length, real, finite and >= 0, any shape (from a
-        response mask: ``mask.sum(-1)``). A traced length out of range gives NaN.
+        response mask: ``mask.sum(-1)``), computed in float32 unless x64 is on
+        (exact up to 2**24 tokens). A traced length out of range gives NaN.
       max_length: :math:`L_\max`, the generation limit, > 0.
       buffer_length: :math:`L_b`, in ``(0, max_length]``.
       penalty_factor: :math:`p`, finite and >= 0.
@@ -68,11 +68,7 @@ def overlong_penalty(
       ...                     convention="tunix").tolist()
       [-2.0]
     """
-    if convention not in OVERLONG_CONVENTIONS:
-        raise ValueError(
-            f"convention should be one of {', '.join(map(repr, OVERLONG_CONVENTIONS))}, got "
-            f"convention={convention!r}."
-        )
+    checks.check_choice("convention", convention, OVERLONG_CONVENTIONS)
     _check_number("max_length", max_length, "> 0", lambda v: v > 0)
     _check_number(
         "buffer_length",
@@ -81,13 +77,9 @@ def overlong_penalty(
         lambda v: 0 < v <= max_length,
     )
     _check_number("penalty_factor", penalty_factor, ">= 0", lambda v: v >= 0)
-    lengths = checks.as_floating("lengths", lengths)
-    if not isinstance(lengths, jax.core.Tracer):
-        values = np.asarray(lengths)
-        checks.refuse_where(
-            "lengths", values, ~(values >= 0) | np.isinf(values), "finite lengths >= 0"
-        )
-    lengths = jnp.where((lengths >= 0) & jnp.isfinite(lengths), lengths, jnp.nan)
+    dtype = checks.as_floating("lengths", lengths).dtype
+    checks.check_positive("buffer_length", buffer_length, dtype)
+    lengths = checks.as_lengths("lengths", lengths, dtype)
     excess = (lengths - (max_length - buffer_length)) / buffer_length
     capped = convention in ("exact", "openrlhf")
     excess = jnp.clip(excess, 0, 1 if capped else None)
@@ -96,5 +88,6 @@ def overlong_penalty(
 
 def _check_number(name: str, value, valid: str, in_range: Callable[[float], bool]) -> None:
     """Raises a ValueError unless ``value`` is a finite real number ``in_range``."""
+    checks.check_static(name, value)
     if not (checks.is_real(value) and math.isfinite(value) and in_range(value)):
         raise ValueError(f"{name} should be a finite number {valid}, got {name}={value!r}.")

@@ -4,14 +4,17 @@ import functools
 from collections.abc import Callable
 
 import jax
+import numpy as np
 from tunix.rl import function_registry
 
+from rewardnorm_jax._src import checks
 from rewardnorm_jax._src.group.advantages import group_advantages
+from rewardnorm_jax._src.group.conventions import CONVENTIONS
 
 ESTIMATOR_NAMES = {
     **{
         f"rewardnorm_{estimator}": (estimator, "exact")
-        for estimator in ("grpo", "dr_grpo", "batch_std", "rloo", "reinforce_pp_baseline")
+        for estimator in ("grpo", "dr_grpo", "batch_std", "rloo")
     },
     **{
         f"rewardnorm_{estimator}_tunix": (estimator, "tunix")
@@ -32,8 +35,9 @@ def tunix_estimator(
 
     Args:
       estimator: an estimator of contiguous groups without lengths:
-        ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"`` or
-        ``"reinforce_pp_baseline"``.
+        ``"grpo"``, ``"dr_grpo"``, ``"batch_std"`` or ``"rloo"``
+        (``"reinforce_pp_baseline"`` is ``"dr_grpo"`` until its whitening
+        over tokens, which the hook cannot do).
       convention: a convention that has ``estimator``.
       standardize_batch: see :func:`rewardnorm_jax.group_advantages`.
 
@@ -43,10 +47,24 @@ def tunix_estimator(
 
     Raises:
       ValueError: for an option :func:`rewardnorm_jax.group_advantages`
-        refuses, or an estimator Tunix cannot feed (``opo``, ``gdpo``).
+        refuses, or an estimator Tunix cannot feed (``opo``, ``gdpo``,
+        ``reinforce_pp_baseline``); the function raises for a
+        ``num_generations`` that is not an integer the convention accepts.
+
+    Example:
+      >>> import numpy as np
+      >>> from rewardnorm_jax.tunix import tunix_estimator
+      >>> rloo = tunix_estimator("rloo", standardize_batch=True)
+      >>> advantages = rloo(rewards=np.array([1.0, 0.0, 1.0, 1.0]), num_generations=2)
+      >>> [round(a, 4) for a in advantages.tolist()]  # RLOO's [1, -1, 0, 0] over the batch
+      [1.2247, -1.2247, 0.0, 0.0]
     """
-    if estimator in ("opo", "gdpo"):
-        needs = "lengths" if estimator == "opo" else "one reward per reward function"
+    if estimator in ("opo", "gdpo", "reinforce_pp_baseline"):
+        needs = {
+            "opo": "lengths",
+            "gdpo": "one reward per reward function",
+            "reinforce_pp_baseline": "token masks (it whitens over tokens)",
+        }[estimator]
         raise ValueError(
             f"estimator={estimator!r} needs {needs}, which Tunix's learner does not pass to "
             "its estimator."
@@ -61,9 +79,25 @@ def tunix_estimator(
         return jax.jit(build(group_size=num_generations).apply)
 
     def estimate(rewards, num_generations: int) -> jax.Array:
-        return compiled(num_generations)(rewards).advantages
+        size = _group_size(num_generations, convention)
+        if not isinstance(rewards, (np.ndarray, jax.Array)):
+            rewards = np.asarray(rewards)
+        return compiled(size)(rewards).advantages
 
     return estimate
+
+
+def _group_size(num_generations, convention: str) -> int:
+    """``num_generations`` as a Python int, checked against the convention's smallest group."""
+    is_array = isinstance(num_generations, (np.ndarray, jax.Array))
+    if (
+        is_array
+        and num_generations.shape == ()
+        and np.issubdtype(num_generations.dtype, np.integer)
+    ):
+        num_generations = int(num_generations)
+    smallest = 1 if CONVENTIONS[convention].singleton != "refused" else 2
+    return checks.check_count("num_generations", num_generations, minimum=smallest)
 
 
 for _name, (_estimator, _convention) in ESTIMATOR_NAMES.items():

@@ -61,8 +61,8 @@ class GroupAdvantageConfig(base.Config):
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self):
-        _check_choice("estimator", self.estimator, ESTIMATORS)
-        _check_choice("convention", self.convention, tuple(CONVENTIONS))
+        checks.check_choice("estimator", self.estimator, ESTIMATORS)
+        checks.check_choice("convention", self.convention, tuple(CONVENTIONS))
         rules = CONVENTIONS[self.convention]
         if self.estimator not in rules.estimators:
             raise ValueError(
@@ -406,7 +406,8 @@ def _layout(config: GroupAdvantageConfig, group_ids):
 
 def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
     """``(rewards, group_ids, lengths)`` checked: floating rewards, int32 ids, floating lengths."""
-    rewards = checks.as_floating("rewards", rewards)
+    # Advantages are targets: no gradient flows back into the rewards.
+    rewards = jax.lax.stop_gradient(checks.as_floating("rewards", rewards))
     dtype = rewards.dtype
     expected = 2 if config.estimator == "gdpo" else 1
     if rewards.ndim != expected:
@@ -488,22 +489,9 @@ def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
     if lengths is None:
         raise ValueError("lengths is missing: estimator='opo' weights each answer by its length.")
     checks.check_reward("lengths", lengths)
-    if jnp.shape(lengths) != (answers,):
+    if np.shape(lengths) != (answers,):
         raise ValueError(
-            f"lengths has shape {jnp.shape(lengths)}; expected ({answers},), one per answer."
+            f"lengths has shape {np.shape(lengths)}; expected ({answers},), one per answer."
         )
-    valid = f"finite lengths >= 0 (that fit {np.dtype(dtype).name})"
-    if not isinstance(lengths, jax.core.Tracer):
-        with np.errstate(over="ignore"):
-            values = np.asarray(lengths).astype(dtype)
-        checks.refuse_where("lengths", values, ~(values >= 0) | np.isinf(values), valid)
-    lengths = jnp.asarray(lengths, dtype)
     # A traced length out of range makes its group's baseline NaN, not a wrong number.
-    return jnp.where((lengths >= 0) & jnp.isfinite(lengths), lengths, jnp.nan)
-
-
-def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:
-    if not (isinstance(value, str) and value in choices):
-        raise ValueError(
-            f"{name} should be one of {', '.join(map(repr, choices))}, got {name}={value!r}."
-        )
+    return checks.as_lengths("lengths", lengths, dtype)

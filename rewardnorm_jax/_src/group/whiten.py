@@ -83,18 +83,26 @@ def masked_whiten(
       left out of the statistics and its output NaN;
     * ``"verl"`` (``verl.utils.torch_functional.masked_whiten``) and
       ``"tunix"`` (``tunix.rl.algo_core.masked_whiten``): ddof 1,
-      :math:`1/\sqrt{v + 10^{-8}}`, NaN (verl raises, Tunix divides 0 by 0),
-      every output NaN;
+      :math:`1/\sqrt{v + 10^{-8}}`, NaN (verl raises; Tunix's Bessel factor
+      is 1/0, times a variance of 0), every masked-in output NaN;
     * ``"openrlhf"`` (its advantage normalization for ``gae``, ``reinforce``
       and ``reinforce_baseline``): ddof 0, :math:`1/\sqrt{\max(v, 10^{-8})}`,
-      output 0, every output NaN.
+      output 0, every masked-in output NaN.
 
     In every convention a constant batch gives exactly 0 (``shift_mean=False``:
-    the constant), and values at masked-out positions are ignored: Tunix and
-    OpenRLHF multiply them by the mask, so that one NaN or inf there turns
-    every output into NaN, and verl's outputs at those positions are NaN.
-    The trainers' ``1e-8`` added to the count of the mean is below float32's
-    resolution for any count and is left out.
+    the constant), a batch without masked-in tokens gives 0 everywhere (verl
+    raises, OpenRLHF divides 0 by 0, Tunix multiplies by :math:`10^4`), and
+    values at masked-out positions are ignored: Tunix and OpenRLHF multiply
+    them by the mask, so that one NaN or inf there turns every output into
+    NaN, and verl's outputs at those positions are NaN. verl and Tunix add
+    ``1e-8`` to the count they divide by, which is below float32's resolution
+    for any count and is left out (a relative ``1e-8 / n`` in float64).
+    Without a guard (``"exact"``), a batch whose squared spread the dtype
+    cannot hold (beyond about 1e19 or below 1e-19 in float32) gives NaN.
+
+    The outputs are targets, as in the trainers, which compute them without
+    gradients: no gradient flows back into ``values``. A traced mask counts
+    as True where nonzero; a concrete one must hold 0/1 values.
 
     Args:
       values: real values, of the mask's shape or broadcastable to it: token
@@ -119,10 +127,11 @@ def masked_whiten(
       >>> import rewardnorm_jax as rn
       >>> values = np.array([[1.0, 2.0, 3.0], [4.0, np.nan, 0.0]])
       >>> mask = np.array([[True, True, True], [True, False, False]])
-      >>> rn.masked_whiten(values, mask).round(4).tolist()
-      [[-1.1619, -0.3873, 0.3873], [1.1619, 0.0, 0.0]]
+      >>> print(np.asarray(rn.masked_whiten(values, mask)).round(4))
+      [[-1.1619 -0.3873  0.3873]
+       [ 1.1619  0.      0.    ]]
     """
-    rules = _convention(convention)
+    rules = WHITENING[checks.check_choice("convention", convention, tuple(WHITENING))]
     shift_mean = checks.check_bool("shift_mean", shift_mean)
     axis_name = rs.check_axis_name(axis_name)
     values, mask = _check_inputs(values, mask)
@@ -131,12 +140,14 @@ def masked_whiten(
     valid = kept & jnp.isfinite(flat)
     stats = moments(batch, flat, valid)
     spread = variance(stats, rules.ddof)
+    if rules.epsilon:  # a variance that underflowed to 0 is 0 beside the guard
+        spread = jnp.where(stats.squares == 0, 0, spread)
     if rules.floor:
         spread = jnp.maximum(spread, rules.epsilon)
     elif rules.epsilon:
         spread = spread + rules.epsilon
     whitened = deviations(batch, stats, flat) * jax.lax.rsqrt(batch.rows(spread))
-    # Exactly 0 for a constant batch, whose deviations are 0 by construction.
+    # A constant batch's deviations are 0 by construction; without a guard, 0 * rsqrt(0) is NaN.
     whitened = jnp.where(batch.rows(stats.constant), 0, whitened)
     if rules.singleton == "refused":
         whitened = jnp.where(batch.rows(stats.valid_count) == 1, jnp.nan, whitened)
@@ -150,25 +161,18 @@ def masked_whiten(
     return jnp.where(kept, whitened, 0).reshape(mask.shape)
 
 
-def _convention(convention) -> WhiteningConvention:
-    if not (isinstance(convention, str) and convention in WHITENING):
-        raise ValueError(
-            f"convention should be one of {', '.join(map(repr, WHITENING))}, got "
-            f"convention={convention!r}."
-        )
-    return WHITENING[convention]
-
-
 def _check_inputs(values, mask) -> tuple[jax.Array, jax.Array]:
     """Floating ``values`` broadcast to the mask's shape, and the mask as bools."""
-    values = checks.as_floating("values", values)
+    # Whitened advantages are targets: no gradient flows back into the values.
+    values = jax.lax.stop_gradient(checks.as_floating("values", values))
     mask = checks.as_mask("mask", mask)
     if jnp.ndim(mask) == 0:
         raise ValueError("mask is a scalar; pass one entry per position, of the values' shape.")
-    if checks.broadcast_shape(values.shape, mask.shape) != mask.shape:
+    same_rank = values.ndim == mask.ndim  # (B,) against (B, T) would spread along tokens
+    if not same_rank or checks.broadcast_shape(values.shape, mask.shape) != mask.shape:
         raise ValueError(
             f"values has shape {values.shape}, which does not broadcast to the mask's shape "
-            f"{mask.shape}: pass token values of that shape, or one value per sequence "
-            f"of shape {(*mask.shape[:-1], 1)}."
+            f"{mask.shape} with as many axes: pass token values of that shape, or one value "
+            f"per sequence of shape {(*mask.shape[:-1], 1)}."
         )
     return jnp.broadcast_to(values, mask.shape), mask
