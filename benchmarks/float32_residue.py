@@ -114,13 +114,15 @@ def main(argv=None) -> None:
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args(argv)
     rows = grpo_rows() + whitening_rows() + k3_rows()
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}, float32")
+    where = f"jax {jax.__version__}, {jax.devices()[0].platform}"
     if args.markdown:
+        print(f"### Float32 residue ({where})\n")
         print("| formula | inputs | trainer's formula, float32 | library |")
         print("|---|---|---|---|")
         for name, inputs, upstream, library in rows:
             print(f"| {name} | {inputs} | {upstream:.3g} | {library:.3g} |")
     else:
+        print(f"{where}, float32")
         for name, inputs, upstream, library in rows:
             print(f"{name:34s} {inputs:34s} upstream {upstream:10.3g}  library {library:10.3g}")
 

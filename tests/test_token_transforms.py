@@ -443,7 +443,8 @@ def test_straight_through_values_equal_the_estimate_exactly_at_any_log_ratio():
         plain = rn.kl_estimate(logp, ref, estimator=estimator[:-1], convention=convention)
         through = rn.kl_estimate(logp, ref, estimator=estimator, convention=convention)
         np.testing.assert_array_equal(through, plain)
-    infinite = rn.kl_estimate(np.float32([0.0]), np.float32([-np.inf]), estimator="k1+")
+    one, minus_inf = np.zeros(1, np.float32), np.full(1, -np.inf, np.float32)
+    infinite = rn.kl_estimate(one, minus_inf, estimator="k1+")
     np.testing.assert_array_equal(infinite, [np.inf])
 
 
@@ -537,4 +538,9 @@ def test_overlong_options_that_configure_the_computation_are_static_and_normal()
     with pytest.raises(ValueError, match="buffer_length should be a positive number that is"):
         rn.overlong_penalty([10], max_length=10, buffer_length=1e-40)
     with pytest.raises(ValueError, match="convention should be one of"):
-        rn.overlong_penalty([10], max_length=10, buffer_length=1, convention=np.array(["exact"]))
+        rn.overlong_penalty(
+            [10],
+            max_length=10,
+            buffer_length=1,
+            convention=np.array(["exact"]),  # type: ignore[arg-type]
+        )

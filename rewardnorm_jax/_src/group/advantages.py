@@ -247,7 +247,9 @@ def group_advantages(
 
     Returns:
       A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
-      ``vmap`` and ``shard_map``.
+      ``vmap`` and ``shard_map``. Its advantages are targets, as in the
+      trainers, which compute them without gradients: no gradient flows back
+      into the rewards.
 
     Raises:
       ValueError: naming an option, its value and what is valid; ``apply``
