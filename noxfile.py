@@ -9,7 +9,8 @@
   side by side comparison with Gymnasium 1.4's own wrappers.
 * ``wheel``: builds the wheel and the sdist, checks them with twine, installs
   the wheel into a clean environment and runs the README's examples from it.
-* ``docs``: builds the documentation site, warnings as errors, and runs its examples.
+* ``docs``: builds the documentation site, warnings as errors, runs its examples, and checks
+  that every Markdown table rendered as a table.
 
 Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
 """
@@ -123,3 +124,4 @@ def docs(session: nox.Session) -> None:
             "docs",
             f"docs/_build/{builder}",
         )
+    session.run("python", "docs/check_tables.py", "docs/_build/html")

@@ -111,12 +111,6 @@ def setup(app):
 
 # The examples on the pages run in one namespace per page, under the doctest builder.
 doctest_test_doctest_blocks = ""  # docstrings' examples run under pytest --doctest-modules
-doctest_global_setup = """
-import jax
-import jax.numpy as jnp
-import numpy as np
-import rewardnorm_jax as rn
-"""
 
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]

@@ -1,18 +1,64 @@
-"""Runs the README's Quickstart and the Gymnasium page's examples against the installed package.
+"""The code examples of the README and the documentation pages, and a run of some from a wheel.
 
-The ``wheel`` nox session runs this file with a clean environment's Python
-that has only the built wheel (with its ``gymnasium`` extra), from outside the
-checkout: a module or data file missing from the wheel fails here. It also
-checks that an adapter whose framework is not installed (gymnax) names the
-extra to install.
+:func:`examples` lists every ```python and ```{testcode} block of
+``README.md`` and ``docs/**/*.md``; ``tests/test_doc_examples.py`` runs each
+alone in a fresh interpreter, as a user pastes it. A block whose first line is
+:data:`FRAGMENT` continues the block above it (its page says so), and one whose
+first line is :data:`LONG_RUNNING` trains longer than a smoke run: both are
+left out of those runs.
+
+Run as a script, this file executes the README's Quickstart and the Gymnasium
+page's examples against the installed package: the ``wheel`` nox session runs
+it with a clean environment's Python that has only the built wheel (with its
+``gymnasium`` extra), from outside the checkout, so a module or data file
+missing from the wheel fails here. It also checks that an adapter whose
+framework is not installed (gymnax) names the extra to install.
 """
 
 import pathlib
 import re
+from typing import NamedTuple
 
 ROOT = pathlib.Path(__file__).parents[1]
 README = ROOT / "README.md"
 GYMNASIUM_PAGE = ROOT / "docs" / "suites" / "gymnasium.md"
+FRAGMENT = "# fragment"
+"""The first line of a block that continues the one above it on its page."""
+LONG_RUNNING = "# long-running"
+"""The first line of a block that trains longer than a smoke run."""
+BLOCK = re.compile(r"^```(?:python|\{testcode\})\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+class Example(NamedTuple):
+    """A code block: its page, the line its fence opens on, and its code."""
+
+    page: str
+    line: int
+    code: str
+
+    @property
+    def kind(self) -> str:
+        """``"fragment"``, ``"long-running"`` or ``"runnable"``, from the first line."""
+        first = self.code.lstrip().partition("\n")[0]
+        if first.startswith(FRAGMENT):
+            return "fragment"
+        if first.startswith(LONG_RUNNING):
+            return "long-running"
+        return "runnable"
+
+
+def examples() -> list[Example]:
+    """Every ```python and ```{testcode} block of the README and the documentation pages."""
+    pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    found = []
+    for page in pages:
+        if "_build" in page.parts:
+            continue
+        text = page.read_text()
+        for match in BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(Example(str(page.relative_to(ROOT)), line, match.group(1)))
+    return found
 
 
 def python_blocks(section: str) -> list[str]:

@@ -4,6 +4,7 @@ A table whose header row is not followed by its ``|---|`` separator row renders 
 a paragraph of pipes; Sphinx builds it without a warning.
 """
 
+import importlib.util
 import pathlib
 import re
 
@@ -42,3 +43,14 @@ def test_a_header_row_without_separator_is_found():
 @pytest.mark.parametrize("page", PAGES, ids=lambda path: str(path.relative_to(ROOT)))
 def test_every_table_has_its_separator_row(page):
     assert tables_without_separator(page.read_text()) == [], f"{page}: header rows without |---|"
+
+
+def test_the_site_check_finds_a_table_rendered_as_text(tmp_path):
+    spec = importlib.util.spec_from_file_location("check_tables", ROOT / "docs" / "check_tables.py")
+    assert spec is not None
+    assert spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    (tmp_path / "good.html").write_text("<table><tr><td>| a |</td></tr></table><p>text</p>")
+    (tmp_path / "bad.html").write_text("<p>| case | seeds |\n| --- | --- |</p>")
+    assert check.tables_as_text(tmp_path) == ["bad.html: | case | seeds |\n| --- | --- |"]
