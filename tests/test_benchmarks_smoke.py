@@ -50,6 +50,7 @@ NEEDS = {
     "streams": None,
     "group_advantages": None,
     "float32_residue": None,
+    "purejaxrl_wrapper": "gymnax",
 }
 
 
@@ -181,3 +182,16 @@ def test_float32_residue(capsys):
     for row in rows[4:]:
         assert float(row[3]) < 1e-6  # k3 within float32 rounding
     assert float(rows[-1][2]) > 0.5  # the float32 exp(d) - d - 1 at d = 1e-4
+
+
+@pytest.mark.requires("gymnax")
+def test_purejaxrl_wrapper(capsys):
+    argv = ["--envs", "8", "--steps", "40", "--repeats", "2", "--markdown"]
+    (row,) = table_rows(run_main("purejaxrl_wrapper", argv, capsys))
+    assert row[0] == "Pendulum-v1"
+    assert float(row[1]) < 1e-5  # the same recurrence
+    assert_positive_numbers(row[2:5])
+    assert row[5] == "0 of 232"  # no NaN after the NaN reward: 29 steps x 8 environments
+    assert row[6] == "232 of 232"  # every output NaN in the copy
+    assert row[7] == "320"  # evaluation starts from the learned count, 40 x 8
+    assert float(row[8]) == 1e-4  # the copy's reset starts from its prior
