@@ -32,6 +32,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "myst_nb",  # Markdown pages (MyST) and notebooks
     "sphinx_copybutton",
+    "sphinx_design",  # tab sets
 ]
 
 source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb"}
