@@ -55,51 +55,72 @@ class Copied:
 
     def reset(self, keys, params):
         obs, state = self._env.reset(keys, params)
-        zeros = jnp.zeros(keys.shape[0])
-        return obs, CopiedState(jnp.float32(0.0), jnp.float32(1.0), jnp.float32(1e-4), zeros, state)
+        return obs, CopiedState(*copied_init(keys.shape[0]), state)
 
     def step(self, keys, state, action, params):
         obs, env_state, reward, terminated, truncated, info = self._env.step(
             keys, state.env_state, action, params
         )
-        done = terminated | truncated
-        return_val = state.return_val * self.gamma * (1 - done) + reward
-        batch_mean, batch_var = jnp.mean(return_val), jnp.var(return_val)
-        batch_count = reward.shape[0]
-        delta = batch_mean - state.mean
-        tot_count = state.count + batch_count
-        new_mean = state.mean + delta * batch_count / tot_count
-        m2 = state.var * state.count + batch_var * batch_count
-        new_var = (m2 + jnp.square(delta) * state.count * batch_count / tot_count) / tot_count
-        state = CopiedState(new_mean, new_var, tot_count, return_val, env_state)
-        return obs, state, reward / jnp.sqrt(state.var + 1e-8), terminated, truncated, info
+        stats = (state.mean, state.var, state.count, state.return_val)
+        reward, stats = copied_update(stats, reward, terminated | truncated, self.gamma)
+        return obs, CopiedState(*stats, env_state), reward, terminated, truncated, info
+
+
+def copied_init(num_envs: int) -> tuple:
+    """The copy's statistics at a reset: mean 0, variance 1, count 1e-4, returns 0."""
+    return jnp.float32(0.0), jnp.float32(1.0), jnp.float32(1e-4), jnp.zeros(num_envs)
+
+
+def copied_update(stats: tuple, reward, done, gamma: float = GAMMA) -> tuple:
+    """PureJaxRL's two-pass update: ``(mean, var, count, return)``; the reward normalized."""
+    mean, var, count, return_val = stats
+    return_val = return_val * gamma * (1 - done) + reward
+    batch_mean, batch_var = jnp.mean(return_val), jnp.var(return_val)
+    batch_count = reward.shape[0]
+    delta = batch_mean - mean
+    tot_count = count + batch_count
+    new_mean = mean + delta * batch_count / tot_count
+    m2 = var * count + batch_var * batch_count
+    new_var = (m2 + jnp.square(delta) * count * batch_count / tot_count) / tot_count
+    return reward / jnp.sqrt(new_var + 1e-8), (new_mean, new_var, tot_count, return_val)
+
+
+def random_rollout(reset, step, env, params, num_envs: int, steps: int):
+    """A jitted ``key -> (per-step outputs, final state)`` under a uniformly random policy.
+
+    ``step(keys, state, actions)`` returns ``(state, output)``.
+    """
+    sample_actions = jax.vmap(env.action_space(params).sample)
+
+    def run(key):
+        reset_key, key = jax.random.split(key)
+        _obs, state = reset(jax.random.split(reset_key, num_envs), params)
+
+        def body(state, key):
+            action_key, step_key = jax.random.split(key)
+            actions = sample_actions(jax.random.split(action_key, num_envs))
+            return step(jax.random.split(step_key, num_envs), state, actions)
+
+        state, outputs = jax.lax.scan(body, state, jax.random.split(key, steps))
+        return outputs, state
+
+    return jax.jit(run)
 
 
 def make_rollouts(env_name: str, num_envs: int, steps: int):
     """Jitted ``key -> (normalized rewards, final state)`` rollouts of ``ours`` and ``copied``."""
     env, params = gymnax.make(env_name)
-    sample_actions = jax.vmap(env.action_space(params).sample)
     wrappers = {
         "ours": NormalizeReward(VecEnv(env), GAMMA, semantics="purejaxrl"),
         "copied": Copied(VecEnv(env), GAMMA),
     }
 
     def rollout(wrapper):
-        def run(key):
-            reset_key, key = jax.random.split(key)
-            _obs, state = wrapper.reset(jax.random.split(reset_key, num_envs), params)
+        def step(keys, state, actions):
+            _, state, reward, _, _, _ = wrapper.step(keys, state, actions, params)
+            return state, reward
 
-            def body(state, key):
-                action_key, step_key = jax.random.split(key)
-                actions = sample_actions(jax.random.split(action_key, num_envs))
-                keys = jax.random.split(step_key, num_envs)
-                _, state, reward, _, _, _ = wrapper.step(keys, state, actions, params)
-                return state, reward
-
-            state, rewards = jax.lax.scan(body, state, jax.random.split(key, steps))
-            return rewards, state
-
-        return jax.jit(run)
+        return random_rollout(wrapper.reset, step, env, params, num_envs, steps)
 
     return {name: rollout(wrapper) for name, wrapper in wrappers.items()}, wrappers, params
 
@@ -140,22 +161,13 @@ def _nan_outputs(env_name: str, num_envs: int, steps: int) -> tuple[int, tuple[i
     """
     env, params = gymnax.make(env_name)
     vec_env = VecEnv(env)
-    sample_actions = jax.vmap(env.action_space(params).sample)
 
-    @jax.jit
-    def recorded(key):
-        _obs, state = vec_env.reset(jax.random.split(key, num_envs), params)
+    def step(keys, state, actions):
+        _, state, reward, terminated, truncated, _ = vec_env.step(keys, state, actions, params)
+        return state, (reward, terminated, truncated)
 
-        def body(state, key):
-            action_key, step_key = jax.random.split(key)
-            actions = sample_actions(jax.random.split(action_key, num_envs))
-            keys = jax.random.split(step_key, num_envs)
-            _, state, reward, terminated, truncated, _ = vec_env.step(keys, state, actions, params)
-            return state, (reward, terminated, truncated)
-
-        return jax.lax.scan(body, state, jax.random.split(key, steps))[1]
-
-    rewards, terminated, truncated = recorded(jax.random.key(2))
+    recorded = random_rollout(vec_env.reset, step, env, params, num_envs, steps)
+    (rewards, terminated, truncated), _ = recorded(jax.random.key(2))
     rewards = rewards.at[NAN_STEP, 0].set(jnp.nan)
     norm = rn.normalize_reward(GAMMA, semantics="purejaxrl")
 
@@ -163,20 +175,14 @@ def _nan_outputs(env_name: str, num_envs: int, steps: int) -> tuple[int, tuple[i
         reward, state = norm.step(state, *xs)
         return state, reward
 
-    def copied_body(state, xs):
+    def copied_body(stats, xs):
         reward, terminated, truncated = xs
-        mean, var, count, ret = state
-        ret = ret * GAMMA * (1 - (terminated | truncated)) + reward
-        batch_mean, batch_var, n = jnp.mean(ret), jnp.var(ret), reward.shape[0]
-        delta, total = batch_mean - mean, count + n
-        mean = mean + delta * n / total
-        var = (var * count + batch_var * n + jnp.square(delta) * count * n / total) / total
-        return (mean, var, total, ret), reward / jnp.sqrt(var + 1e-8)
+        reward, stats = copied_update(stats, reward, terminated | truncated)
+        return stats, reward
 
     xs = (rewards, terminated, truncated)
     ours = jax.lax.scan(ours_body, norm.init((num_envs,)), xs)[1]
-    start = (jnp.float32(0.0), jnp.float32(1.0), jnp.float32(1e-4), jnp.zeros(num_envs))
-    copied = jax.lax.scan(copied_body, start, xs)[1]
+    copied = jax.lax.scan(copied_body, copied_init(num_envs), xs)[1]
     after = slice(NAN_STEP + 1, None)  # the steps after the NaN reward
     total = int(ours[after].size)
     return int(jnp.isnan(ours[after]).sum()), (int(jnp.isnan(copied[after]).sum()), total)
