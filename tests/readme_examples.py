@@ -29,12 +29,17 @@ LONG_RUNNING = "# long-running"
 BLOCK = re.compile(r"^```(?:python|\{testcode\})\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
+OUTPUT = re.compile(r"\n*```\n(.*?)^```", re.MULTILINE | re.DOTALL)  # matched at a block's end
+"""A plain ``` block right after a ```python block: what that block prints."""
+
+
 class Example(NamedTuple):
-    """A code block: its page, the line its fence opens on, and its code."""
+    """A code block: its page, the line its fence opens on, its code and the output it shows."""
 
     page: str
     line: int
     code: str
+    output: str | None = None  # the plain block after it, where the page shows one
 
     @property
     def kind(self) -> str:
@@ -57,7 +62,9 @@ def examples() -> list[Example]:
         text = page.read_text()
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
-            found.append(Example(str(page.relative_to(ROOT)), line, match.group(1)))
+            shown = OUTPUT.match(text, match.end())
+            output = shown.group(1) if shown else None
+            found.append(Example(str(page.relative_to(ROOT)), line, match.group(1), output))
     return found
 
 

@@ -1,10 +1,11 @@
 """Every code example of the README and the documentation pages, run alone as a user pastes it.
 
 Each block runs in a fresh interpreter, from an empty directory, with nothing
-defined beforehand. Blocks marked ``# fragment`` (continuing the block above)
-and ``# long-running`` (training longer than a smoke run) are skipped, saying
-so; a block that imports a framework this environment lacks is skipped,
-naming the extra.
+defined beforehand; where the page shows the block's output in a plain block
+right after it, the printed output must equal it. Blocks marked ``# fragment``
+(continuing the block above) and ``# long-running`` (training longer than a
+smoke run) are skipped, saying so; a block that imports a framework this
+environment lacks is skipped, naming the extra.
 """
 
 import os
@@ -44,3 +45,5 @@ def test_example_runs_alone(example, tmp_path):
         check=False,
     )
     assert result.returncode == 0, f"{example.page}:{example.line}\n{result.stderr[-3000:]}"
+    if example.output is not None:  # the output the page shows under the block
+        assert result.stdout == example.output, f"{example.page}:{example.line}"
