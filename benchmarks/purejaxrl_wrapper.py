@@ -55,7 +55,8 @@ class Copied:
 
     def reset(self, keys, params):
         obs, state = self._env.reset(keys, params)
-        return obs, CopiedState(*copied_init(keys.shape[0]), state)
+        mean, var, count, return_val = copied_init(keys.shape[0])
+        return obs, CopiedState(mean, var, count, return_val, state)
 
     def step(self, keys, state, action, params):
         obs, env_state, reward, terminated, truncated, info = self._env.step(
@@ -63,7 +64,9 @@ class Copied:
         )
         stats = (state.mean, state.var, state.count, state.return_val)
         reward, stats = copied_update(stats, reward, terminated | truncated, self.gamma)
-        return obs, CopiedState(*stats, env_state), reward, terminated, truncated, info
+        mean, var, count, return_val = stats
+        state = CopiedState(mean, var, count, return_val, env_state)
+        return obs, state, reward, terminated, truncated, info
 
 
 def copied_init(num_envs: int) -> tuple:
