@@ -3,7 +3,7 @@
 PureJaxRL's ``NormalizeVecReward`` is a gymnax wrapper of about 20 lines that
 keeps its statistics (mean, variance, float32 count) and the running returns
 inside the environment state. ``Copied`` below is that design, transcribed:
-the same state, the same two-pass update. ``ours`` is
+the same state, and the same two-pass update (``stream.inline_step``). ``ours`` is
 ``rewardnorm_jax.gymnax.NormalizeReward(VecEnv(env), semantics="purejaxrl")``,
 the same recurrence. Both run ``N`` environments for ``T`` steps under a
 uniformly random policy, in one jitted ``lax.scan``, on the same keys:
@@ -31,9 +31,9 @@ from flax import struct
 
 import rewardnorm_jax as rn
 from benchmarks._timing import add_common_args, compare, print_results
+from benchmarks.stream import GAMMA, inline_init, inline_step
 from rewardnorm_jax.gymnax import NormalizeReward, VecEnv, get_transform_state
 
-GAMMA = 0.99
 NAN_STEP = 10
 
 
@@ -55,7 +55,7 @@ class Copied:
 
     def reset(self, keys, params):
         obs, state = self._env.reset(keys, params)
-        mean, var, count, return_val = copied_init(keys.shape[0])
+        mean, var, count, return_val = inline_init(keys.shape[0])
         return obs, CopiedState(mean, var, count, return_val, state)
 
     def step(self, keys, state, action, params):
@@ -63,29 +63,10 @@ class Copied:
             keys, state.env_state, action, params
         )
         stats = (state.mean, state.var, state.count, state.return_val)
-        reward, stats = copied_update(stats, reward, terminated | truncated, self.gamma)
+        reward, stats = inline_step(stats, reward, terminated | truncated, self.gamma)
         mean, var, count, return_val = stats
         state = CopiedState(mean, var, count, return_val, env_state)
         return obs, state, reward, terminated, truncated, info
-
-
-def copied_init(num_envs: int) -> tuple:
-    """The copy's statistics at a reset: mean 0, variance 1, count 1e-4, returns 0."""
-    return jnp.float32(0.0), jnp.float32(1.0), jnp.float32(1e-4), jnp.zeros(num_envs)
-
-
-def copied_update(stats: tuple, reward, done, gamma: float = GAMMA) -> tuple:
-    """PureJaxRL's two-pass update: ``(mean, var, count, return)``; the reward normalized."""
-    mean, var, count, return_val = stats
-    return_val = return_val * gamma * (1 - done) + reward
-    batch_mean, batch_var = jnp.mean(return_val), jnp.var(return_val)
-    batch_count = reward.shape[0]
-    delta = batch_mean - mean
-    tot_count = count + batch_count
-    new_mean = mean + delta * batch_count / tot_count
-    m2 = var * count + batch_var * batch_count
-    new_var = (m2 + jnp.square(delta) * count * batch_count / tot_count) / tot_count
-    return reward / jnp.sqrt(new_var + 1e-8), (new_mean, new_var, tot_count, return_val)
 
 
 def random_rollout(reset, step, env, params, num_envs: int, steps: int):
@@ -180,12 +161,12 @@ def _nan_outputs(env_name: str, num_envs: int, steps: int) -> tuple[int, tuple[i
 
     def copied_body(stats, xs):
         reward, terminated, truncated = xs
-        reward, stats = copied_update(stats, reward, terminated | truncated)
+        reward, stats = inline_step(stats, reward, terminated | truncated)
         return stats, reward
 
     xs = (rewards, terminated, truncated)
     ours = jax.lax.scan(ours_body, norm.init((num_envs,)), xs)[1]
-    copied = jax.lax.scan(copied_body, copied_init(num_envs), xs)[1]
+    copied = jax.lax.scan(copied_body, inline_init(num_envs), xs)[1]
     after = slice(NAN_STEP + 1, None)  # the steps after the NaN reward
     total = int(ours[after].size)
     return int(jnp.isnan(ours[after]).sum()), (int(jnp.isnan(copied[after]).sum()), total)
