@@ -77,9 +77,9 @@ def overlong_penalty(
         lambda v: 0 < v <= max_length,
     )
     _check_number("penalty_factor", penalty_factor, ">= 0", lambda v: v >= 0)
-    dtype = checks.as_floating("lengths", lengths).dtype
-    checks.check_positive("buffer_length", buffer_length, dtype)
-    lengths = checks.as_lengths("lengths", lengths, dtype)
+    lengths = checks.as_floating("lengths", lengths)
+    checks.check_positive("buffer_length", buffer_length, lengths.dtype)
+    lengths = checks.as_lengths("lengths", lengths, lengths.dtype)
     excess = (lengths - (max_length - buffer_length)) / buffer_length
     capped = convention in ("exact", "openrlhf")
     excess = jnp.clip(excess, 0, 1 if capped else None)
