@@ -9,7 +9,7 @@ per case and transform, the mean ± std over seeds of the final evaluation
 return and of the learning curve's mean (its area divided by its length), and
 the training steps until the evaluation return first reaches the case's
 threshold (mean over the seeds that reach it); it writes the learning curves (a
-panel per case, a line per transform, one standard deviation over seeds shaded,
+row per case, a line per transform, one standard deviation over seeds shaded,
 within the seeds' range) to ``--plot``, and prints the command, the versions and
 the wall time of every case. Seeds: 20 for Catch (a run takes a second), 10 for
 DeepSea (a run either finds the reward or never does), 5 for the others.
@@ -591,16 +591,20 @@ HEADERS = [
 
 
 def plot(cases: dict[str, Case], results: dict[str, dict[str, Result]], path: str) -> None:
-    """A panel per case: mean evaluation return per transform; one std shaded (within range)."""
+    """A row per case: mean evaluation return per transform; one std shaded (within range).
+
+    One column, 800 px wide, so that the figure keeps its size on a page; the transforms'
+    colours are the same in every row, so one legend above the rows names them.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    columns = min(2, len(results))
-    rows = -(-len(results) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(6 * columns, 4 * rows), squeeze=False)
-    for ax, (name, by_transform) in zip(axes.flat, results.items(), strict=False):
+    plt.rcParams.update({"font.size": 11, "axes.titlesize": 12})
+    rows = len(results)
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 0.5 + 3.2 * rows), squeeze=False)
+    for ax, (name, by_transform) in zip(axes.flat, results.items(), strict=True):
         case = cases[name]
         for transform, result in by_transform.items():
             curves = result.curves
@@ -608,18 +612,17 @@ def plot(cases: dict[str, Case], results: dict[str, dict[str, Result]], path: st
             low = np.maximum(mean - std, curves.min(axis=0))  # within the seeds' range
             high = np.minimum(mean + std, curves.max(axis=0))
             color = f"C{TRANSFORMS.index(transform)}"
-            ax.plot(case.eval_points, mean, color=color, label=transform)
+            ax.plot(case.eval_points, mean, color=color, lw=1.6, label=transform)
             ax.fill_between(case.eval_points, low, high, color=color, alpha=0.15)
         ax.axhline(case.threshold, color="gray", lw=0.8, ls=":")
         seeds = len(next(iter(by_transform.values())).curves)
-        ax.set_title(f"{case.title} ({seeds} seeds)", fontsize=10)
+        ax.set_title(f"{case.title} ({seeds} seeds)")
         unit = "training episodes" if isinstance(case.agent, QConfig) else "environment steps"
-        ax.set(xlabel=unit, ylabel="greedy evaluation return")
+        ax.set(xlabel=unit, ylabel="evaluation return")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in axes.flat[len(results) :]:
-        ax.set_visible(False)
-    fig.tight_layout()
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
