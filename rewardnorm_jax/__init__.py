@@ -1,9 +1,9 @@
 """rewardnorm_jax: functional reward transforms for reinforcement learning in JAX.
 
 Reward normalization (running statistics of the discounted return), clipping,
-scaling and arbitrary transforms as pure ``init`` / ``update`` / ``apply`` /
-``step`` functions over immutable state pytrees, PopArt for value targets, and
-group-relative advantages (GRPO and kin), masked whitening, the KL penalty
+scaling and arbitrary transforms, and observation normalization, as pure ``init`` /
+``update`` / ``apply`` / ``step`` functions over immutable state pytrees, PopArt for
+value targets, and group-relative advantages (GRPO and kin), masked whitening, the KL penalty
 in the reward and the overlong penalty for RL on language models.
 Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
@@ -26,6 +26,12 @@ from rewardnorm_jax._src.group.advantages import (
 from rewardnorm_jax._src.group.whiten import masked_whiten
 from rewardnorm_jax._src.kl import kl_estimate, kl_penalized_rewards
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
+from rewardnorm_jax._src.observation import (
+    OBSERVATION_PRESETS,
+    ObservationNormalizer,
+    ObservationNormState,
+    normalize_observation,
+)
 from rewardnorm_jax._src.overlong import overlong_penalty
 from rewardnorm_jax._src.percentile import (
     PercentileScaleRewardState,
@@ -64,6 +70,7 @@ from rewardnorm_jax._src.value_transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "OBSERVATION_PRESETS",
     "PRIOR_COUNT",
     "CenterRewardState",
     "CheckFiniteRewardState",
@@ -71,6 +78,8 @@ __all__ = [
     "GroupAdvantageEstimator",
     "GroupAdvantages",
     "NormalizeRewardState",
+    "ObservationNormState",
+    "ObservationNormalizer",
     "PercentileScaleRewardState",
     "PercentileState",
     "PopArt",
@@ -93,6 +102,7 @@ __all__ = [
     "load_state",
     "masked_whiten",
     "merge_stats",
+    "normalize_observation",
     "normalize_reward",
     "overlong_penalty",
     "percentile_scale",

@@ -203,3 +203,58 @@ def test_count_exact_across_the_word_boundary_with_varying_batch_sizes(start_hi)
     assert rn.count_as_int(stats) == total
     assert (int(stats.count_hi), int(stats.count_lo)) == divmod(total, 2**32)
     np.testing.assert_allclose(float(stats.total_weight), total, rtol=2**-23)  # float32 rounding
+
+
+def far_from_zero_batches(features):
+    """Float32 batches of spread 0.1 and mean 1e3 plus half an ulp (3e-4 std off one word).
+
+    Pairs 1e3 + (k + 1) u and 1e3 - k u (u the ulp at 1e3, k integers) are float32 values with
+    the mean 1e3 + u / 2 exactly.
+    """
+    ulp = float(np.spacing(np.float32(1000.0)))
+    rng = np.random.default_rng(10)
+    k = np.round(rng.normal(0.0, 0.1 / ulp, (200, 32, *features)))
+    pairs = np.concatenate([1000.0 + (k + 1) * ulp, 1000.0 - k * ulp], axis=1)
+    assert (pairs.astype(np.float32) == pairs).all()
+    return pairs.astype(np.float32)
+
+
+def two_pass_truth(batches, probe):
+    """``(probe - mean) / std`` with the two-pass float64 moments of every batch."""
+    seen = batches.astype(np.float64).reshape(-1, *batches.shape[2:])
+    mean, std = seen.mean(0), seen.std(0)
+    return (probe.astype(np.float64) - mean) / std, (probe - np.float32(mean)) / std
+
+
+def test_normalized_observations_far_from_zero_within_1e4_std_of_float64():
+    """The mean's low word, kept through the merge and the normalization."""
+    batches = far_from_zero_batches((3,))
+    norm = rn.normalize_observation("brax")  # no prior: the truth is the plain sample moments
+    state = norm.init(jnp.zeros(3))
+    update = jax.jit(norm.update)
+    for batch in batches:
+        state = update(state, batch)
+    truth, rounded = two_pass_truth(batches, batches[-1])
+    error = np.abs(np.asarray(norm.apply(state, batches[-1]), np.float64) - truth).max()
+    assert error < 1e-4, error
+    assert np.abs(rounded - truth).max() > 1e-4  # what a one-word mean would give
+
+
+def test_popart_normalized_targets_far_from_zero_within_1e4_std_of_float64():
+    batches = far_from_zero_batches(())
+    popart = rn.popart(step_size=None)
+    state = popart.init()
+    update = jax.jit(popart.update)
+    for batch in batches:
+        state = update(state, batch)
+    # The truth with the prior (weight 1e-4, mean 0, variance 1) among the samples.
+    seen = batches.astype(np.float64)
+    weight = seen.size + 1e-4
+    mean = seen.sum() / weight
+    m2 = ((seen - mean) ** 2).sum() + 1e-4 * (1 + mean**2)
+    std = np.sqrt(m2 / weight)
+    truth = (seen[-1] - mean) / std
+    rounded = (seen[-1] - np.float32(mean)) / std
+    error = np.abs(np.asarray(popart.normalize(state, batches[-1]), np.float64) - truth).max()
+    assert error < 1e-4, error
+    assert np.abs(rounded - truth).max() > 1e-4

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax._src.stats.running import PRIOR_COUNT
 
 # Version 1 stored RunningStats as one leaf per quantity; version 2 packs them.
 _V1_FLOATS = ("mean", "mean_low", "m2", "m2_low")
@@ -125,11 +126,12 @@ def current_fields(saved, expected):
 
 
 # Static fields added after format version 2 began, at the values older states held.
-_ADDED_STATIC = {"step_size": None}  # RunningStats: cumulative or exponential moving
+# RunningStats: cumulative or exponential moving, with Gymnasium's prior.
+_ADDED_STATIC = {"step_size": None, "prior_count": PRIOR_COUNT}
 
 
 def current_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
-    """Saved static fields with those added since (``RunningStats.step_size``) filled in."""
+    """Saved static fields with those added since filled in (``RunningStats.prior_count``)."""
     filled = dict(saved)
     for path in expected:
         prefix, _, name = path.rpartition("/")

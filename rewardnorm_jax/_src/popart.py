@@ -225,9 +225,17 @@ def _per_target(values, task):
 
 
 def normalize(config: PopArtConfig, state, values, task=None) -> jax.Array:
-    r""":math:`(y - \mu) / \sigma`, each value by its task's statistics."""
+    r""":math:`(y - \mu) / \sigma`, each value by its task's statistics.
+
+    :math:`\mu` is subtracted as its two words, ``(y - mean) - mean_low``: the
+    rounded ``mean + mean_low`` would cost half an ulp of the mean, which is
+    many standard deviations' worth where the targets' mean dwarfs their spread.
+    """
     values, task = checked(config, state, "values", values, task, broadcast=True)
-    return (values - _per_target(state.shift, task)) / _per_target(state.scale, task)
+    centred = (values - _per_target(state.stats.mean, task)) - _per_target(
+        state.stats.mean_low, task
+    )
+    return centred / _per_target(state.scale, task)
 
 
 def unnormalize(config: PopArtConfig, state, values, task=None) -> jax.Array:
@@ -438,7 +446,10 @@ def preserve_outputs(layer: Layer, old: PopArtState, new: PopArtState) -> Layer:
         )
     _check_layer(layer, old.stats.mean.shape)
     ratio = old.scale / new.scale
-    offset = (old.shift - new.shift) / new.scale
+    # mu - mu' word by word: the rounded shifts would differ by an ulp of the mean.
+    offset = ((old.stats.mean - new.stats.mean) + (old.stats.mean_low - new.stats.mean_low)) / (
+        new.scale
+    )
 
     def kernel(w):
         return w * ratio.astype(w.dtype)

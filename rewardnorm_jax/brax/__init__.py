@@ -15,6 +15,10 @@ API:
 * ``get_transform_state(state)``, ``set_transform_state(state, ts)``,
   ``with_stats_from(state, ts)``, ``set_update_stats(state, flag)``: the
   transform state and freeze flag held in ``state.info``.
+* ``from_running_statistics(brax_state)`` -> ``(normalizer, state)`` and
+  ``to_running_statistics(config, state)``: Brax's observation statistics
+  (``params[0]`` of its trainers) to and from
+  :func:`rewardnorm_jax.normalize_observation`'s, counts exact.
 
 MuJoCo Playground environments have the same ``State`` fields; pass
 ``wrap=mujoco_playground.wrapper.wrap_for_brax_training`` to ``wrap_env_fn``.
@@ -31,6 +35,10 @@ from rewardnorm_jax._src.adapter import (
 from rewardnorm_jax._src.extras import requires
 
 with requires("brax", __name__):
+    from rewardnorm_jax.brax._running_statistics import (
+        from_running_statistics,
+        to_running_statistics,
+    )
     from rewardnorm_jax.brax._wrapper import (
         NormalizeReward,
         RawRewardEvaluation,
@@ -42,9 +50,11 @@ __all__ = [
     "NormalizeReward",
     "RawRewardEvaluation",
     "RewardTransformWrapper",
+    "from_running_statistics",
     "get_transform_state",
     "set_transform_state",
     "set_update_stats",
+    "to_running_statistics",
     "with_stats_from",
     "wrap_env_fn",
 ]

@@ -183,8 +183,9 @@ class RunningMeanStd:
             )
         mean, mean_low, m2, m2_low = self._moments
         weight = self._samples + PRIOR_COUNT
+        delta = (batch_mean - mean) - mean_low
         self._moments = formulas.add_batch_moments(
-            np, mean, mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
+            np, mean, mean_low, m2, m2_low, weight, batch_count, delta, batch_var
         )
         self._samples = samples
 

@@ -180,8 +180,8 @@ def batch_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.add.reduce(deviation * deviation) / count
 
 
-def moments_from_shifted_sums(xp, batch_count, deviation_sum, square_sum, shift):
-    r"""Count, mean and population variance of a batch from its shifted sums.
+def moments_from_shifted_sums(xp, batch_count, deviation_sum, square_sum):
+    r"""Count, mean (as its deviation from the shift) and population variance of a batch.
 
     With :math:`d_i = x_i - s` over the :math:`n_b` selected entries (``shift``
     :math:`s` one of the batch's values, so that :math:`|d_i|` is of the order
@@ -197,34 +197,37 @@ def moments_from_shifted_sums(xp, batch_count, deviation_sum, square_sum, shift)
     make the difference slightly negative: it is clamped at 0. With
     :math:`n_b = 0` the mean is the shift and the variance 0.
 
+    The mean is returned as :math:`\mu_b - s`, unrounded by the shift's size, so
+    that the merge can take its deviation from the running mean exactly
+    (:func:`~rewardnorm_jax._src.stats.running.merge_checked`).
+
     Args:
         xp: array namespace.
         batch_count: :math:`n_b`.
         deviation_sum: :math:`\sum_i d_i`.
         square_sum: :math:`\sum_i d_i^2`.
-        shift: :math:`s`.
 
     Returns:
-        ``(n_b, mu_b, var_b)``.
+        ``(n_b, mu_b - s, var_b)``.
 
     Example:
-        >>> moments = moments_from_shifted_sums(np, 3.0, 3.0, 5.0, 1.0)  # x = 1, 2, 3; s = 1
+        >>> moments = moments_from_shifted_sums(np, 3.0, 3.0, 5.0)  # x = 1, 2, 3; s = 1
         >>> [round(float(m), 4) for m in moments]
-        [3.0, 2.0, 0.6667]
+        [3.0, 1.0, 0.6667]
     """
     divisor = xp.maximum(batch_count, 1.0)
     mean_deviation = deviation_sum / divisor
     var = xp.maximum(square_sum / divisor - mean_deviation * mean_deviation, 0.0)
-    return batch_count, shift + mean_deviation, var
+    return batch_count, mean_deviation, var
 
 
-def chan_increments(weight, mean, batch_count, batch_mean, batch_var):
+def chan_increments(weight, delta, batch_count, batch_var):
     r"""Increments of the running mean and M2 when a batch joins them.
 
     The parallel algorithm of Chan et al. (as in Gymnasium's and SB3's
     ``RunningMeanStd``), with :math:`n` the statistics' total weight
     (``weight``: samples plus the prior, or the discounted weight),
-    :math:`\delta = \mu_b - \mu` and :math:`n' = n + n_b`:
+    :math:`\delta = \mu_b - \mu` (``delta``) and :math:`n' = n + n_b`:
 
     .. math::
         \Delta\mu = \delta \frac{n_b}{n'}, \qquad
@@ -238,7 +241,6 @@ def chan_increments(weight, mean, batch_count, batch_mean, batch_var):
     """
     new_weight = weight + batch_count
     ratio = batch_count / new_weight
-    delta = batch_mean - mean
     # n n_b / n' first: no intermediate overflows unless the increment does.
     delta_m2 = batch_var * batch_count + delta * (delta * (weight * ratio))
     return delta * ratio, delta_m2, new_weight
@@ -263,7 +265,7 @@ def two_sum(xp, high, low, increment):
     return total, select(xp, error == error, error, 0.0)
 
 
-def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var):
+def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, delta, batch_var):
     r"""Adds a batch, given by its moments, to compensated running moments.
 
     The running moments are the mean :math:`\mu` and the sum of squared
@@ -286,7 +288,9 @@ def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, batch
         weight: their total weight :math:`n` (samples plus the prior's
             ``1e-4``, or the discounted weight of exponential moving statistics).
         batch_count: number of samples :math:`n_b` in the batch (0 changes nothing).
-        batch_mean: the batch's mean :math:`\mu_b`.
+        delta: the batch's mean minus the running mean, :math:`\mu_b - (\mu +
+            \mu_{low})`, computed by the caller with the low word kept
+            (``(mu_b - mean) - mean_low``): ``mean + mean_low`` rounds the low word away.
         batch_var: the batch's population variance :math:`\sigma_b^2`.
 
     Returns:
@@ -296,9 +300,7 @@ def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, batch
         >>> add_batch_moments(np, 0.0, 0.0, 1.0, 0.0, 1.0, 1, 2.0, 0.0)  # n = 1, x = 2
         (1.0, 0.0, 3.0, 0.0)
     """
-    delta_mean, delta_m2, _ = chan_increments(
-        weight, mean + mean_low, batch_count, batch_mean, batch_var
-    )
+    delta_mean, delta_m2, _ = chan_increments(weight, delta, batch_count, batch_var)
     mean_finite = abs(delta_mean) < math.inf  # false for +-inf and NaN
     delta_mean = select(xp, mean_finite, delta_mean, 0.0)
     delta_m2 = select(xp, mean_finite & (delta_m2 == delta_m2), delta_m2, math.inf)

@@ -79,6 +79,7 @@ class RunningStats(struct.PyTreeNode):
     count_words: jax.Array  # (*shape, 2) uint32: high and low word of the sample count
     decay: float | None = struct.field(pytree_node=False, default=None)  # static
     step_size: float | None = struct.field(pytree_node=False, default=None)  # static
+    prior_count: float = struct.field(pytree_node=False, default=PRIOR_COUNT)  # static
 
     @classmethod
     def from_parts(
@@ -92,11 +93,14 @@ class RunningStats(struct.PyTreeNode):
         weight=None,
         decay=None,
         step_size=None,
+        prior_count=PRIOR_COUNT,
     ) -> "RunningStats":
         """Packs the statistics' quantities (arrays of one shape) into the layout."""
         floats = [mean, mean_low, m2, m2_low] + ([] if weight is None else [weight])
         words = [jnp.asarray(count_hi, jnp.uint32), jnp.asarray(count_lo, jnp.uint32)]
-        return cls(jnp.stack(floats, axis=-1), jnp.stack(words, axis=-1), decay, step_size)
+        return cls(
+            jnp.stack(floats, axis=-1), jnp.stack(words, axis=-1), decay, step_size, prior_count
+        )
 
     @property
     def mean(self) -> jax.Array:
@@ -147,7 +151,7 @@ class RunningStats(struct.PyTreeNode):
     def total_weight(self) -> jax.Array:
         r"""The weight :math:`n` of the statistics, prior included: the variance's divisor.
 
-        ``sample_count + PRIOR_COUNT`` for cumulative statistics; the discounted
+        ``sample_count + prior_count`` for cumulative statistics; the discounted
         weight ``weight`` (:math:`W`) for exponential moving statistics;
         :math:`1 / \alpha` for fixed-step statistics.
         """
@@ -155,11 +159,15 @@ class RunningStats(struct.PyTreeNode):
             return self.moments[..., _WEIGHT]
         if self.step_size is not None:
             return jnp.full(self.mean.shape, 1.0 / self.step_size, self.mean.dtype)
-        return self.sample_count + PRIOR_COUNT
+        return self.sample_count + self.prior_count
 
     @property
     def var(self) -> jax.Array:
-        """Population variance ``M / total_weight`` (1 before any sample)."""
+        """Population variance ``M / total_weight`` (the prior's 1 before any sample).
+
+        Statistics without a prior (``prior_count=0``) have no variance before
+        their first sample: it is NaN there (``0 / 0``).
+        """
         return (self.m2 + self.m2_low) / self.total_weight
 
     @property
@@ -265,8 +273,28 @@ def check_step_size(step_size, dtype) -> float | None:
     return step_size
 
 
+def check_prior_count(prior_count, dtype) -> float:
+    """Validates the prior's weight: a finite number >= 0 that the dtype holds."""
+    if not (checks.is_real(prior_count) and 0.0 <= prior_count < math.inf):
+        raise ValueError(
+            "prior_count should be a finite number >= 0 (the weight of the prior of mean 0 "
+            f"and variance 1; 0 for none), got prior_count={prior_count!r}."
+        )
+    if prior_count > 0 and np.asarray(prior_count, dtype) == 0:
+        raise ValueError(
+            f"prior_count={prior_count!r} rounds to 0 in {np.dtype(dtype).name} (the "
+            "statistics dtype): use 0 for no prior, or a weight the dtype holds."
+        )
+    return float(prior_count)
+
+
 def init_stats(
-    shape: base.ShapeLike = (), dtype=None, *, decay=None, step_size=None
+    shape: base.ShapeLike = (),
+    dtype=None,
+    *,
+    decay=None,
+    step_size=None,
+    prior_count=PRIOR_COUNT,
 ) -> RunningStats:
     r"""Statistics of the prior alone: mean 0, variance 1, count 1e-4.
 
@@ -284,10 +312,16 @@ def init_stats(
         starts. :math:`M` is the variance over :math:`\alpha`, so the
         variance's range shrinks by the factor :math:`\alpha` (float32: a
         spread up to about :math:`\sqrt{\alpha}\, 10^{19}`).
+      prior_count: the weight of the prior (mean 0, variance 1) of
+        cumulative statistics: ``PRIOR_COUNT`` (1e-4, Gymnasium's and SB3's),
+        or 0 for none (Brax's ``running_statistics``: the first batch sets
+        the mean and variance alone; the variance is NaN before it).
 
     Raises:
       ValueError: for a dtype other than float32 / float64, a decay outside
-        [0, 1), a step size outside (0, 1], or both a decay and a step size.
+        [0, 1), a step size outside (0, 1], both a decay and a step size, a
+        negative prior count, or a prior count other than ``PRIOR_COUNT``
+        with a decay or a step size.
 
     Example:
       >>> stats = init_stats()
@@ -298,12 +332,19 @@ def init_stats(
     dtype = check_dtype(dtype)
     decay = check_decay(decay, dtype)
     step_size = check_step_size(step_size, dtype)
+    prior_count = check_prior_count(prior_count, dtype)
     if decay is not None and step_size is not None:
         raise ValueError(
             f"decay={decay!r} and step_size={step_size!r}: exponential moving statistics "
             "(decay) and fixed-step ones (step_size) weigh samples two ways; choose one."
         )
-    prior_weight = PRIOR_COUNT if step_size is None else 1.0 / step_size
+    if prior_count != PRIOR_COUNT and (decay is not None or step_size is not None):
+        raise ValueError(
+            f"prior_count={prior_count!r} is for cumulative statistics: exponential moving "
+            f"(decay={decay!r}) and fixed-step (step_size={step_size!r}) statistics weigh "
+            "their prior as their own rule says."
+        )
+    prior_weight = prior_count if step_size is None else 1.0 / step_size
     zeros = jnp.zeros(shape, dtype)
     words = jnp.zeros(shape, jnp.uint32)
     return RunningStats.from_parts(
@@ -316,6 +357,7 @@ def init_stats(
         weight=None if decay is None else jnp.full(shape, PRIOR_COUNT, dtype),
         decay=decay,
         step_size=step_size,
+        prior_count=prior_count,
     )
 
 
@@ -499,10 +541,16 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
     largest = jnp.finfo(shift.dtype).max
     deviation_sum = jnp.where(abs(deviation_sum) < largest, deviation_sum, deviation_sum * jnp.inf)
     square_sum = jnp.where(square_sum < largest, square_sum, jnp.inf)
-    batch_count, batch_mean, batch_var = formulas.moments_from_shifted_sums(
-        jnp, count_b, deviation_sum, square_sum, shift
+    batch_count, mean_deviation, batch_var = formulas.moments_from_shifted_sums(
+        jnp, count_b, deviation_sum, square_sum
     )
+    # The batch mean's deviation from mean + mean_low, the batch mean never rounded
+    # to the size of the shift: shift - mean is exact when they are close (Sterbenz).
+    delta = ((shift - stats.mean) - stats.mean_low) + mean_deviation
     weight, m2, m2_low = stats.total_weight, stats.m2, stats.m2_low
+    if stats.prior_count == 0 and stats.decay is None:
+        # No weight and no sample: a placeholder weight makes the merge a no-op, not 0 / 0.
+        weight = jnp.where(weight + batch_count > 0, weight, 1.0)
     if stats.decay is not None:  # forget: the past keeps the weight decay * W
         decay = jnp.where(batch_count > 0, stats.decay, 1.0).astype(stats.mean.dtype)
         weight, m2, m2_low = decay * weight, decay * m2, decay * m2_low
@@ -514,7 +562,7 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -decrement)
         weight = weight - batch_count
     mean, mean_low, m2, m2_low = formulas.add_batch_moments(
-        jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, batch_mean, batch_var
+        jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, delta, batch_var
     )
     if count_increment is None:  # the float count is exact (_float_count_is_exact)
         count_increment = batch_count.astype(jnp.uint32)
@@ -529,6 +577,7 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         weight=None if stats.decay is None else weight + batch_count,
         decay=stats.decay,
         step_size=stats.step_size,
+        prior_count=stats.prior_count,
     )
 
 

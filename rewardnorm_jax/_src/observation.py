@@ -1,0 +1,376 @@
+r"""Observation normalization: running mean and variance per feature of an observation pytree.
+
+Every leaf of an observation pytree keeps statistics of its own feature shape
+(:class:`~rewardnorm_jax.RunningStats`, one set per feature, shared by the
+batch), merged by the library's one merge, so they count exactly, merge
+across ``axis_name`` like every other statistic, freeze, and checkpoint:
+
+.. math::
+    \tilde x = \operatorname{clip}\!\left(\frac{x - \mu}{\sigma}, -c, c\right),
+    \qquad \sigma = \operatorname{clip}\!\left(\sqrt{\sigma^2_{run} + \epsilon},
+    \sigma_{min}, \sigma_{max}\right)
+
+Precision: :math:`\mu` is subtracted as its two words, ``(x - mean) -
+mean_low``. A float32 mean rounded to one word is off by up to half an ulp of
+the mean, which at mean :math:`10^3` and spread 0.1 is :math:`3 \times
+10^{-4}` standard deviations; the two words keep the normalized observation
+within :math:`10^{-5}` of float64 there.
+
+Presets reproduce the normalizers users have (:data:`OBSERVATION_PRESETS`):
+
+========== ============ ========== ============================ ====== ==================
+preset     prior weight epsilon    std bounds                   clip   order of ``step``
+========== ============ ========== ============================ ====== ==================
+gymnasium  1e-4         1e-8       none                         none   update, normalize
+purejaxrl  1e-4         1e-8       none                         none   update, normalize
+sb3        1e-4         1e-8       none                         10     update, normalize
+brax       0            0          [1e-6, 1e6]; 1 before data   none   normalize, update
+========== ============ ========== ============================ ====== ==================
+
+Integer and boolean leaves are returned unchanged (their statistics are
+still kept, as Brax keeps them). Non-finite entries are left out of the
+statistics (each feature counts its own samples) and come out non-finite.
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rewardnorm_jax._src import base, checks
+from rewardnorm_jax._src.stats import running as rs
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationPreset:
+    """The arithmetic of one observation normalizer (see :data:`OBSERVATION_PRESETS`).
+
+    Attributes:
+      prior_count: the weight of the prior (mean 0, variance 1); 0 for none.
+      epsilon: added to the variance under the square root.
+      std_min: lower bound of the standard deviation, or ``None``.
+      std_max: upper bound of the standard deviation, or ``None``.
+      clip: bound ``c`` of the symmetric clip of normalized values, or ``None``.
+      normalize_first: whether ``step`` normalizes with the statistics from
+        before its update (Brax's PPO acts on a rollout with the statistics
+        from before that rollout's update) rather than after (Gymnasium,
+        Stable-Baselines3 and PureJaxRL update, then normalize).
+    """
+
+    prior_count: float
+    epsilon: float
+    std_min: float | None
+    std_max: float | None
+    clip: float | None
+    normalize_first: bool
+
+
+OBSERVATION_PRESETS: dict[str, ObservationPreset] = {
+    # gymnasium.wrappers.NormalizeObservation and its vector version.
+    "gymnasium": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
+    # purejaxrl's NormalizeVecObservation: the same arithmetic, kept per environment there.
+    "purejaxrl": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
+    # stable_baselines3's VecNormalize(norm_obs=True): clip_obs=10, epsilon=1e-8.
+    "sb3": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, 10.0, False),
+    # brax.training.acme.running_statistics (Welford mode): no prior, std_eps 0, std clamped.
+    "brax": ObservationPreset(0.0, 0.0, 1e-6, 1e6, None, True),
+}
+"""The presets by name; each reproduces its library's numbers (float32 rounding aside)."""
+
+_FROM_PRESET: Any = object()  # an option left to the preset
+
+
+@dataclasses.dataclass(frozen=True)
+class ObservationConfig(base.Config):
+    """The options of :func:`normalize_observation`, checked and resolved from the preset."""
+
+    name: ClassVar[str] = "normalize_observation"
+    preset: str
+    prior_count: float
+    epsilon: float
+    std_min: float | None
+    std_max: float | None
+    clip: float | None
+    normalize_first: bool
+    dtype: np.dtype
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+
+    def __post_init__(self) -> None:
+        checks.check_choice("preset", self.preset, tuple(OBSERVATION_PRESETS))
+        dtype = rs.check_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "prior_count", rs.check_prior_count(self.prior_count, dtype))
+        object.__setattr__(self, "epsilon", _check_non_negative("epsilon", self.epsilon, dtype))
+        for name in ("std_min", "std_max", "clip"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, checks.check_positive(name, value, dtype))
+        if self.std_min is not None and self.std_max is not None and self.std_min > self.std_max:
+            raise ValueError(
+                f"std_min={self.std_min!r} is above std_max={self.std_max!r}: the bounds of "
+                "the standard deviation must be ordered."
+            )
+        if self.prior_count == 0 and self.epsilon == 0 and self.std_min is None:
+            raise ValueError(
+                "prior_count=0 with epsilon=0 and no std_min divides a constant feature by 0: "
+                "give std_min (Brax's 1e-6), an epsilon > 0, or a prior."
+            )
+        checks.check_bool("normalize_first", self.normalize_first)
+        object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
+
+
+def _check_non_negative(name: str, value, dtype) -> float:
+    if not (checks.is_real(value) and 0.0 <= value < math.inf):
+        raise ValueError(f"{name} should be a finite number >= 0, got {name}={value!r}.")
+    checks.check_fits(name, float(value), dtype, may_vanish=True)
+    return float(value)
+
+
+class ObservationNormState(struct.PyTreeNode):
+    """State of :func:`normalize_observation`: statistics per leaf of the observation.
+
+    ``stats`` has the observation's pytree structure, with a
+    :class:`~rewardnorm_jax.RunningStats` of the leaf's feature shape where
+    the observation has an array.
+    """
+
+    stats: Any
+
+
+class ObservationNormalizer(NamedTuple):
+    """Observation normalization: pure functions over an :class:`ObservationNormState`.
+
+    Attributes:
+      init: ``init(observation) -> state``: statistics for observations like
+        ``observation`` (one observation, unbatched: a pytree of arrays or
+        ``jax.ShapeDtypeStruct``; only the shapes are read).
+      update: ``update(state, observations, *, active=None) -> state``: merge
+        a batch: every leaf ``(*B, *feature)``, the same leading axes ``B``
+        (none for one observation). ``active`` (shape ``B``) leaves entries out.
+      apply: ``apply(state, observations) -> observations``: normalized with
+        the current statistics, which are left unchanged.
+      step: ``step(state, observations, update_stats=True, *, active=None)
+        -> (observations, state)``: ``update`` and ``apply``, in the preset's
+        order; ``update_stats=False`` (Python or traced) freezes the statistics.
+      config: the :class:`ObservationConfig`, for checkpoints and messages.
+    """
+
+    init: Any
+    update: Any
+    apply: Any
+    step: Any
+    config: ObservationConfig
+
+
+def normalize_observation(
+    preset: str = "gymnasium",
+    *,
+    epsilon=_FROM_PRESET,
+    clip=_FROM_PRESET,
+    std_min=_FROM_PRESET,
+    std_max=_FROM_PRESET,
+    prior_count=_FROM_PRESET,
+    dtype=None,
+    axis_name=None,
+) -> ObservationNormalizer:
+    r"""Normalizes observations by the running mean and variance of each feature.
+
+    Args:
+      preset: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"`` or
+        ``"brax"``: whose arithmetic to reproduce (:data:`OBSERVATION_PRESETS`).
+      epsilon: added to the variance under the square root (preset's if not given).
+      clip: bound of the symmetric clip of the normalized values, or ``None``.
+      std_min: lower bound of the standard deviation, or ``None``.
+      std_max: upper bound of the standard deviation, or ``None``.
+      prior_count: the prior's weight (mean 0, variance 1), or 0 for none.
+      dtype: statistics dtype, float32 or float64 (default: float64 under x64).
+      axis_name: name(s) of mapped axes (``vmap``, ``pmap``, ``shard_map``)
+        whose batches merge into one set of statistics.
+
+    Returns:
+      An :class:`ObservationNormalizer`.
+
+    Raises:
+      ValueError: naming an option, its value and what is valid.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> norm = normalize_observation()
+      >>> state = norm.init(jnp.zeros(2))
+      >>> obs, state = norm.step(state, jnp.array([[1.0, 10.0], [3.0, 30.0]]))
+      >>> [round(float(x), 4) for x in obs[0]]
+      [-1.0, -1.0]
+    """
+    chosen = OBSERVATION_PRESETS[checks.check_choice("preset", preset, tuple(OBSERVATION_PRESETS))]
+    given = {
+        "prior_count": prior_count,
+        "epsilon": epsilon,
+        "std_min": std_min,
+        "std_max": std_max,
+        "clip": clip,
+    }
+    options = {
+        name: getattr(chosen, name) if value is _FROM_PRESET else value
+        for name, value in given.items()
+    }
+    config = ObservationConfig(
+        preset=preset,
+        normalize_first=chosen.normalize_first,
+        dtype=rs.check_dtype(dtype),
+        axis_name=axis_name,
+        **options,
+    )
+    return ObservationNormalizer(
+        functools.partial(init, config),
+        functools.partial(update, config),
+        functools.partial(apply, config),
+        functools.partial(step, config),
+        config,
+    )
+
+
+def init(config: ObservationConfig, observation) -> ObservationNormState:
+    """Statistics of the prior alone for every leaf of ``observation`` (one, unbatched)."""
+    leaves = jax.tree.leaves(observation)
+    if not leaves:
+        raise ValueError("observation has no arrays: init needs one observation's leaves.")
+    for leaf in leaves:
+        checks.check_reward("observation", leaf)
+    stats = jax.tree.map(
+        lambda leaf: rs.init_stats(
+            checks.shape_of(leaf), config.dtype, prior_count=config.prior_count
+        ),
+        observation,
+    )
+    return ObservationNormState(stats)
+
+
+def _pairs(state: ObservationNormState, observations, name: str):
+    """``[(leaf, stats)]`` in tree order, and the batch shape every leaf shares."""
+    if not isinstance(state, ObservationNormState):
+        raise TypeError(
+            f"state should be an ObservationNormState (from init), got {type(state).__name__}."
+        )
+    stats_leaves, stats_def = jax.tree.flatten(
+        state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats)
+    )
+    obs_leaves, obs_def = jax.tree.flatten(observations)
+    if str(obs_def) != str(stats_def):
+        raise ValueError(
+            f"{name} have the structure {obs_def}; the statistics were made for {stats_def}."
+        )
+    batch_shape = None
+    for leaf, stats in zip(obs_leaves, stats_leaves, strict=True):
+        checks.check_reward(name, leaf)
+        shape, feature = checks.shape_of(leaf), stats.mean.shape
+        leading = shape[: len(shape) - len(feature)]
+        if len(shape) < len(feature) or shape[len(leading) :] != feature:
+            raise ValueError(
+                f"{name} has a leaf of shape {shape}, which does not end with its statistics' "
+                f"feature shape {feature}."
+            )
+        if batch_shape is None:
+            batch_shape = leading
+        elif leading != batch_shape:
+            raise ValueError(
+                f"{name} have leaves with batch shapes {batch_shape} and {leading}: every "
+                "leaf needs the same leading axes."
+            )
+    return list(zip(obs_leaves, stats_leaves, strict=True)), obs_def, batch_shape
+
+
+def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
+    """One leaf merged: non-finite entries (and unselected ones) left out."""
+    values = jnp.asarray(leaf).astype(stats.mean.dtype)
+    finite = jnp.isfinite(values)
+    mask = finite if selected is None else finite & selected
+    # Entries left out hold the running mean: finite, so the sums may weight them.
+    values = jnp.where(mask, values, stats.mean)
+    return rs.merge_checked(stats, values, mask, axis_name=config.axis_name, unselected_alike=True)
+
+
+def _selected(active, update_stats, batch_shape, feature_shape):
+    """The entries to learn from, ``None`` for all: ``active`` and ``update_stats``."""
+    if active is None and isinstance(update_stats, (bool, np.bool_)) and update_stats:
+        return None
+    flags = jnp.asarray(update_stats, bool)
+    if active is not None:
+        flags = flags & jnp.asarray(active, bool)
+    flags = jnp.broadcast_to(flags, batch_shape)
+    return jnp.broadcast_to(
+        flags.reshape(batch_shape + (1,) * len(feature_shape)), batch_shape + feature_shape
+    )
+
+
+def _check_active(active, batch_shape):
+    if active is None:
+        return None
+    checks.check_flag("active", active)
+    if jnp.shape(active) != batch_shape:
+        raise ValueError(
+            f"active has shape {jnp.shape(active)}; expected {batch_shape}, the observations' "
+            "batch shape."
+        )
+    return active
+
+
+def _update(config, state, observations, update_stats, active):
+    pairs, treedef, batch_shape = _pairs(state, observations, "observations")
+    active = _check_active(active, batch_shape)
+    if isinstance(update_stats, (bool, np.bool_)) and not update_stats:
+        return state  # frozen by a Python flag: nothing to compile
+    merged = [
+        _merge(config, stats, leaf, _selected(active, update_stats, batch_shape, stats.mean.shape))
+        for leaf, stats in pairs
+    ]
+    return ObservationNormState(treedef.unflatten(merged))
+
+
+def update(config: ObservationConfig, state, observations, *, active=None):
+    """``state`` with a batch of observations merged (see :class:`ObservationNormalizer`)."""
+    return _update(config, state, observations, True, active)
+
+
+def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
+    r"""The divisor :math:`\mathrm{clip}(\sqrt{\sigma^2 + \epsilon}, \sigma_{min}, \sigma_{max})`.
+
+    Statistics without a prior have no variance before their first sample:
+    the divisor is 1 there (Brax's initial ``std``).
+    """
+    divisor = jnp.sqrt(stats.var + config.epsilon)
+    if config.std_min is not None or config.std_max is not None:
+        divisor = jnp.clip(divisor, config.std_min, config.std_max)
+    if config.prior_count == 0:
+        divisor = jnp.where(stats.sample_count > 0, divisor, 1.0)
+    return divisor
+
+
+def _normalize_leaf(config: ObservationConfig, leaf, stats: rs.RunningStats):
+    if not jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+        return leaf  # integer and boolean leaves pass unchanged
+    values = jnp.asarray(leaf)
+    dtype = jnp.promote_types(values.dtype, stats.mean.dtype)  # float64 stats: float64 math
+    centred = (values.astype(dtype) - stats.mean) - stats.mean_low
+    normalized = centred / std(config, stats)
+    if config.clip is not None:
+        normalized = jnp.clip(normalized, -config.clip, config.clip)
+    return normalized.astype(values.dtype)
+
+
+def apply(config: ObservationConfig, state, observations):
+    """``observations`` normalized by the current statistics, which are left unchanged."""
+    pairs, treedef, _ = _pairs(state, observations, "observations")
+    return treedef.unflatten([_normalize_leaf(config, leaf, stats) for leaf, stats in pairs])
+
+
+def step(config: ObservationConfig, state, observations, update_stats=True, *, active=None):
+    """``update`` and ``apply`` in the preset's order; ``(observations, state)``."""
+    checks.check_update_stats(update_stats)
+    new_state = _update(config, state, observations, update_stats, active)
+    used = state if config.normalize_first else new_state
+    return apply(config, used, observations), new_state

@@ -1,0 +1,163 @@
+r"""Brax's observation statistics (``RunningStatisticsState``) to and from the library's.
+
+Brax's trainers normalize observations themselves and return the statistics
+they learned as the first of their parameters (``params[0]`` of ``ppo.train``
+and ``sac.train``). :func:`from_running_statistics` hands them to the library
+(for evaluation, freezing, checkpoints and export beside the policy);
+:func:`to_running_statistics` gives them back, so that Brax continues
+updating from them.
+
+Both keep the count exactly (Brax's ``UInt64`` words are the library's count
+words), the mean and the summed variance :math:`M` (Welford mode; Brax's
+``"ema"`` mode keeps the variance, :math:`M / n`). The library's statistics
+keep a count per feature, Brax one count for every leaf: a state whose
+features counted different samples (non-finite observations left out) cannot
+be given back.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from brax.training import types as brax_types
+from brax.training.acme import running_statistics
+
+from rewardnorm_jax._src import observation
+from rewardnorm_jax._src.stats import running as rs
+
+
+def from_running_statistics(
+    brax_state: running_statistics.RunningStatisticsState,
+    *,
+    clip=None,
+    std_min=1e-6,
+    std_max=1e6,
+) -> tuple[observation.ObservationNormalizer, observation.ObservationNormState]:
+    """The library's normalizer and state holding Brax's statistics.
+
+    Args:
+      brax_state: Brax's statistics (``params[0]`` of its trainers), with a
+        ``UInt64`` count (Brax >= 0.14) or a float count (earlier versions,
+        converted exactly up to :math:`2^{24}` in float32).
+      clip: Brax's ``max_abs_value`` of ``normalize``, or ``None``.
+      std_min: the ``std_min_value`` its updates used (Brax's default 1e-6).
+      std_max: the ``std_max_value`` its updates used (Brax's default 1e6).
+
+    Returns:
+      ``(normalizer, state)``: ``normalize_observation("brax", epsilon=std_eps,
+      ...)`` in the statistics' dtype, and its state.
+
+    Example:
+      >>> from brax.training.acme import running_statistics
+      >>> brax_state = running_statistics.init_state(jnp.zeros(3))
+      >>> norm, state = from_running_statistics(brax_state)
+      >>> norm.config.preset
+      'brax'
+    """
+    if not isinstance(brax_state, running_statistics.RunningStatisticsState):
+        raise TypeError(
+            "brax_state should be a brax.training.acme.running_statistics."
+            f"RunningStatisticsState, got {type(brax_state).__name__}."
+        )
+    means = jax.tree.leaves(brax_state.mean)
+    dtype = jnp.result_type(means[0]) if means else rs.default_dtype()
+    norm = observation.normalize_observation(
+        "brax",
+        epsilon=float(brax_state.std_eps),
+        clip=clip,
+        std_min=std_min,
+        std_max=std_max,
+        dtype=dtype,
+    )
+    hi, lo = _count_words(brax_state.count)
+    ema = brax_state.mode == running_statistics.NormalizationMode.EMA
+    count = hi.astype(dtype) * 2.0**32 + lo.astype(dtype)
+
+    def stats_of(mean, summed_variance):
+        mean = jnp.asarray(mean, dtype)
+        m2 = jnp.asarray(summed_variance, dtype)
+        m2 = jnp.maximum(m2 * count if ema else m2, 0.0)  # Brax clamps a negative M at 0 too
+        zeros = jnp.zeros_like(mean)
+        return rs.RunningStats.from_parts(
+            mean=mean,
+            mean_low=zeros,
+            m2=m2,
+            m2_low=zeros,
+            count_hi=jnp.broadcast_to(hi, mean.shape),
+            count_lo=jnp.broadcast_to(lo, mean.shape),
+            prior_count=0.0,
+        )
+
+    stats = jax.tree.map(stats_of, brax_state.mean, brax_state.summed_variance)
+    return norm, observation.ObservationNormState(stats)
+
+
+def _count_words(count) -> tuple[jax.Array, jax.Array]:
+    """Brax's count as two uint32 words."""
+    if isinstance(count, brax_types.UInt64):
+        return jnp.asarray(count.hi, jnp.uint32), jnp.asarray(count.lo, jnp.uint32)
+    count = np.asarray(count)
+    if not (np.isfinite(count) and count >= 0 and count == np.floor(count)):
+        raise ValueError(f"brax_state.count should be a whole number >= 0, got {count!r}.")
+    whole = int(count)
+    return jnp.uint32(whole >> 32), jnp.uint32(whole & 0xFFFFFFFF)
+
+
+def to_running_statistics(
+    config: observation.ObservationConfig,
+    state: observation.ObservationNormState,
+    *,
+    std_min=None,
+    std_max=None,
+) -> running_statistics.RunningStatisticsState:
+    """Brax's statistics holding the library's, in Welford mode.
+
+    Args:
+      config: the normalizer's configuration (``norm.config``); it must have
+        no prior (``prior_count=0``, the ``"brax"`` preset), as Brax has none.
+      state: the normalizer's state.
+      std_min: the bounds of Brax's ``std``; the configuration's by default.
+      std_max: as ``std_min``.
+
+    Returns:
+      A ``RunningStatisticsState`` whose count words equal the library's, mean
+      ``mean + mean_low`` and summed variance ``m2 + m2_low`` rounded to the
+      dtype, and ``std`` as Brax's update computes it.
+
+    Raises:
+      ValueError: for a configuration with a prior, or features that
+        counted different numbers of samples.
+    """
+    if config.prior_count != 0:
+        raise ValueError(
+            f"to_running_statistics needs statistics without a prior (prior_count=0, the 'brax' "
+            f"preset); these have prior_count={config.prior_count!r}, which Brax cannot hold."
+        )
+    leaves = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
+    words = np.concatenate([np.asarray(s.count_words).reshape(-1, 2) for s in leaves])
+    if words.size and not (words == words[0]).all():
+        raise ValueError(
+            "the features counted different numbers of samples (non-finite observations are "
+            "left out per feature); Brax keeps one count for every feature."
+        )
+    hi, lo = (words[0] if words.size else np.zeros(2, np.uint32)).tolist()
+    count = brax_types.UInt64(hi=hi, lo=lo)
+    count_float = jnp.float32(count.hi) * jnp.float32(2.0**32) + jnp.float32(count.lo)
+    low = config.std_min if std_min is None else std_min
+    high = config.std_max if std_max is None else std_max
+
+    def brax_std(stats):
+        if (hi, lo) == (0, 0):
+            return jnp.ones_like(stats.mean)
+        summed = jnp.maximum(stats.m2 + stats.m2_low, 0.0)
+        return jnp.clip(jnp.sqrt(summed / count_float + config.epsilon), low, high)
+
+    def field(read):
+        return jax.tree.map(read, state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
+
+    return running_statistics.RunningStatisticsState(
+        count=count,
+        mean=field(lambda s: s.mean + s.mean_low),
+        summed_variance=field(lambda s: s.m2 + s.m2_low),
+        std=field(brax_std),
+        std_eps=config.epsilon,
+    )

@@ -1,0 +1,145 @@
+"""normalize_observation("brax") against Brax's own running_statistics, and the conversions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+running_statistics = pytest.importorskip(
+    "brax.training.acme.running_statistics", reason="the brax extra is not installed"
+)
+
+import rewardnorm_jax as rn  # noqa: E402  (after the skip)
+from rewardnorm_jax import brax as rnb  # noqa: E402
+from tests.observation_reference import BraxReference  # noqa: E402
+
+DIM = 4
+
+
+def batches(seed, steps=12, envs=32):
+    rng = np.random.default_rng(seed)
+    scale, offset = np.array([0.5, 2.0, 30.0, 1e-2]), np.array([1.0, -4.0, 10.0, 0.5])
+    return (rng.standard_normal((steps, envs, DIM)) * scale + offset).astype(np.float32)
+
+
+def example():
+    return {"state": jnp.zeros(DIM), "goal": jnp.zeros((2,))}
+
+
+def obs_of(batch):
+    return {"state": jnp.asarray(batch), "goal": jnp.asarray(batch[..., :2] * 3.0)}
+
+
+def assert_same_normalization(brax_state, norm, state, batch, rtol=2e-5):
+    expected = running_statistics.normalize(batch, brax_state)
+    got = norm.apply(state, batch)
+    jax.tree.map(lambda g, e: np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol), got, expected)
+
+
+def test_brax_preset_equals_brax_update_and_normalize():
+    """Equal to Brax's own float32 code within its rounding, and closer to its float64 math."""
+    norm = rn.normalize_observation("brax")
+    state = norm.init(jnp.zeros(DIM))
+    brax_state = running_statistics.init_state(jnp.zeros(DIM))
+    reference = BraxReference(DIM)
+    update = jax.jit(norm.update)
+    brax_update = jax.jit(running_statistics.update)
+    ours_error = brax_error = 0.0
+    for batch in batches(0):
+        ours = np.asarray(norm.apply(state, batch), np.float64)  # before: std 1, then learned
+        theirs = np.asarray(running_statistics.normalize(batch, brax_state), np.float64)
+        truth = reference.normalize(batch)
+        ours_error = max(ours_error, np.abs(ours - truth).max())
+        brax_error = max(brax_error, np.abs(theirs - truth).max())
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3)  # Brax's float32 error
+        state, brax_state = update(state, batch), brax_update(brax_state, batch)
+        reference.update(batch)
+    assert ours_error < 2e-5, ours_error
+    assert ours_error < brax_error, (ours_error, brax_error)
+    assert int(brax_state.count) == int(rn.count_as_int(state.stats)[0]) == 12 * 32
+    np.testing.assert_allclose(state.stats.mean, brax_state.mean, rtol=2e-6, atol=1e-6)
+
+
+def test_pytree_state_equals_brax_on_every_leaf():
+    norm = rn.normalize_observation("brax")
+    state = norm.init(example())
+    brax_state = running_statistics.init_state(example())
+    for batch in batches(9, steps=4):
+        obs = obs_of(batch)
+        state, brax_state = norm.update(state, obs), running_statistics.update(brax_state, obs)
+    assert_same_normalization(brax_state, norm, state, obs_of(batches(10)[0]), rtol=1e-4)
+
+
+def test_round_trip_keeps_count_words_exactly_and_brax_continues():
+    norm = rn.normalize_observation("brax")
+    state = norm.update(norm.init(example()), obs_of(batches(1)[0]))
+    # A count past 2**32: the high word must survive the round trip.
+    state = jax.tree.map(
+        lambda s: s.replace(count_words=s.count_words.at[..., 0].set(3)),
+        state,
+        is_leaf=lambda x: isinstance(x, rn.RunningStats),
+    )
+    exported = rnb.to_running_statistics(norm.config, state)
+    assert (int(exported.count.hi), int(exported.count.lo)) == (3, 32)
+    assert int(exported.count) == 3 * 2**32 + 32
+    back_norm, back = rnb.from_running_statistics(exported)
+    assert back_norm.config == norm.config
+    jax.tree.map(np.testing.assert_array_equal, back.stats, state.stats)  # mean_low, m2_low are 0
+
+    # Brax continues from the exported state as the library continues from its own.
+    state = norm.update(norm.init(example()), obs_of(batches(2)[0]))
+    exported = rnb.to_running_statistics(norm.config, state)
+    for batch in batches(2)[1:]:
+        obs = obs_of(batch)
+        exported = running_statistics.update(exported, obs)
+        state = norm.update(state, obs)
+    assert int(exported.count) == int(rn.count_as_int(state.stats["state"])[0]) == 12 * 32
+    assert_same_normalization(exported, norm, state, obs_of(batches(3)[0]))
+
+
+def test_a_state_brax_built_normalizes_the_same_in_the_library():
+    brax_state = running_statistics.init_state(example(), std_eps=1e-3)
+    for batch in batches(4):
+        brax_state = running_statistics.update(brax_state, obs_of(batch))
+    norm, state = rnb.from_running_statistics(brax_state, clip=5.0)
+    assert norm.config.epsilon == 1e-3
+    assert norm.config.clip == 5.0
+    probe = obs_of(batches(5)[0] * 4.0)
+    expected = running_statistics.normalize(probe, brax_state, max_abs_value=5.0)
+    got = norm.apply(state, probe)
+    jax.tree.map(lambda g, e: np.testing.assert_allclose(g, e, rtol=2e-5, atol=2e-5), got, expected)
+    # Saved in the library's format, restored, exported back: Brax's fields unchanged.
+    restored = rn.load_state(state, rn.save_state(state, norm.config), norm.config)
+    again = rnb.to_running_statistics(norm.config, restored)
+    assert int(again.count) == int(brax_state.count)
+    jax.tree.map(np.testing.assert_array_equal, again.mean, brax_state.mean)
+    jax.tree.map(np.testing.assert_array_equal, again.summed_variance, brax_state.summed_variance)
+    jax.tree.map(np.testing.assert_allclose, again.std, brax_state.std)
+
+
+def test_ema_mode_state_converts_its_variance():
+    """Brax's EMA rate n_b / count is the cumulative statistics; its field holds the variance."""
+    brax_state = running_statistics.init_state(jnp.zeros(DIM), mode="ema")
+    for batch in batches(6):
+        brax_state = running_statistics.update(brax_state, jnp.asarray(batch))
+    norm, state = rnb.from_running_statistics(brax_state)
+    probe = jnp.asarray(batches(7)[0])
+    np.testing.assert_allclose(
+        norm.apply(state, probe),
+        running_statistics.normalize(probe, brax_state),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_conversion_errors_name_the_problem():
+    gym = rn.normalize_observation("gymnasium")
+    with pytest.raises(ValueError, match="prior_count"):
+        rnb.to_running_statistics(gym.config, gym.init(jnp.zeros(DIM)))
+    norm = rn.normalize_observation("brax")
+    batch = batches(8)[0]
+    batch[0, 1] = np.nan  # feature 1 counts one sample fewer
+    with pytest.raises(ValueError, match="different numbers of samples"):
+        rnb.to_running_statistics(norm.config, norm.update(norm.init(jnp.zeros(DIM)), batch))
+    with pytest.raises(TypeError, match="RunningStatisticsState"):
+        rnb.from_running_statistics({"mean": 0})
