@@ -13,6 +13,7 @@ from jaxmarl.wrappers.baselines import JaxMARLWrapper, LogWrapper, MPELogWrapper
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import jaxmarl as rnm  # noqa: E402
+from tests.observation_reference import GymnasiumReference  # noqa: E402
 from tests.reference import normalize_stream  # noqa: E402
 
 GAMMA = 0.99
@@ -248,3 +249,30 @@ def test_with_stats_from_another_vmapped_batch_names_the_form_that_works():
     one = jax.tree.map(lambda x: x[0], stats_from)
     moved = jax.vmap(rnm.with_stats_from, in_axes=(0, None))(four, one)
     assert rnm.get_transform_state(moved).ret.shape == (4, len(wrapped.agents))
+
+
+def test_normalize_observation_per_agent_across_the_named_axis():
+    """Each agent's observation by statistics of its own, merged across the vmapped batch."""
+    num_envs = 4
+    base = jaxmarl.make("MPE_simple_tag_v3")  # adversaries and good agents see different features
+    env = rnm.NormalizeObservation(base, axis_name="envs")
+    keys = jax.random.split(jax.random.PRNGKey(0), num_envs)
+    obs, state = jax.jit(jax.vmap(env.reset, axis_name="envs"))(keys)
+    raw_obs, raw_state = jax.vmap(base.reset)(keys)
+    step = jax.jit(jax.vmap(env.step, axis_name="envs"))
+    references = {agent: GymnasiumReference(raw_obs[agent].shape[1:]) for agent in base.agents}
+    for agent in base.agents:
+        references[agent].step(np.asarray(raw_obs[agent]))
+    for t in range(4):
+        step_keys = jax.random.split(jax.random.PRNGKey(t + 1), num_envs)
+        actions = {agent: jnp.full(num_envs, t % 5) for agent in base.agents}
+        obs, state, *_ = step(step_keys, state, actions)
+        raw_obs, raw_state, *_ = jax.vmap(base.step)(step_keys, raw_state, actions)
+        for agent in base.agents:
+            expected = references[agent].step(np.asarray(raw_obs[agent]))
+            np.testing.assert_allclose(obs[agent], expected, rtol=1e-4, atol=1e-5)
+    stats = rnm.get_observation_state(state).stats
+    assert stats["adversary_0"].mean.shape[1:] != stats["agent_0"].mean.shape[1:]
+    assert (rn.count_as_int(stats["agent_0"]) == 5 * num_envs).all()
+    with pytest.raises(ValueError, match="no axis_name"):
+        jax.vmap(rnm.NormalizeObservation(base).reset)(keys)

@@ -19,6 +19,7 @@ from jumanji.wrappers import (  # noqa: E402
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import jumanji as rnj  # noqa: E402
+from tests.observation_reference import GymnasiumReference  # noqa: E402
 from tests.streams import jit_scan_steps  # noqa: E402
 
 GAMMA = 0.99
@@ -237,3 +238,37 @@ def test_task_of_gives_one_id_per_environment_for_all_its_agents():
     )
     with pytest.raises(ValueError, match=r"task_of returned ids of shape \(\); expected the"):
         scan_from_reset(one_for_all, base, 4, steps=1)
+
+
+def test_normalize_observation_around_the_batch_integer_leaves_pass():
+    """Snake's observation: a float grid normalized, the step count and action mask unchanged."""
+    base = VmapAutoResetWrapper(jumanji.make("Snake-v1"))
+    env = rnj.NormalizeReward(rnj.NormalizeObservation(base), 0.99)
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    state, timestep = jax.jit(env.reset)(keys)
+    raw_state, raw = base.reset(keys)
+    actions = jnp.array([0, 1, 2, 3])
+    step = jax.jit(env.step)
+    raws = [raw.observation.grid]
+    for _ in range(5):
+        state, timestep = step(state, actions)
+        raw_state, raw = base.step(raw_state, actions)
+        raws.append(raw.observation.grid)
+    np.testing.assert_array_equal(timestep.observation.action_mask, raw.observation.action_mask)
+    np.testing.assert_array_equal(timestep.observation.step_count, raw.observation.step_count)
+    reference = GymnasiumReference(raws[0].shape[1:])
+    expected = [reference.step(np.asarray(grid)) for grid in raws]
+    np.testing.assert_allclose(timestep.observation.grid, expected[-1], rtol=1e-5, atol=1e-5)
+    stats = rnj.get_observation_state(state).stats
+    assert (rn.count_as_int(stats.grid) == 24).all()
+    assert int(rn.count_as_int(rnj.get_transform_state(state).stats)) == 20
+    # Evaluation from the learned statistics, frozen.
+    eval_state, _ = env.reset(keys)
+    eval_state = rnj.set_observation_state(eval_state, rnj.get_observation_state(state))
+    eval_state = rnj.set_observation_update_stats(eval_state, False)
+    eval_state, _ = step(eval_state, actions)
+    jax.tree.map(
+        np.testing.assert_array_equal,
+        rnj.get_observation_state(eval_state),
+        rnj.get_observation_state(state),
+    )

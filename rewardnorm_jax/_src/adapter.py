@@ -374,6 +374,18 @@ def align_flag(name: str, flag: jax.typing.ArrayLike, reward: jax.Array) -> jax.
     return checks.spread(flag, reward_shape)
 
 
+def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
+    """The environment batch a reset key stands for: one key per environment.
+
+    Typed keys (``jax.random.key``) have the batch's shape; raw ``uint32``
+    keys (``jax.random.PRNGKey``) carry the key data on a trailing axis.
+    """
+    key = jnp.asarray(key)
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        return tuple(key.shape)
+    return tuple(key.shape[:-1])
+
+
 def check_placement(
     wrapper: str,
     batched_example: str,

@@ -203,8 +203,8 @@ def normalize_observation(
       >>> norm = normalize_observation()
       >>> state = norm.init(jnp.zeros(2))
       >>> obs, state = norm.step(state, jnp.array([[1.0, 10.0], [3.0, 30.0]]))
-      >>> [round(float(x), 4) for x in obs[0]]
-      [-1.0, -1.0]
+      >>> [round(float(x), 4) for x in obs[0]]  # -1, but for the prior of weight 1e-4
+      [-0.9998, -0.9998]
     """
     chosen = OBSERVATION_PRESETS[checks.check_choice("preset", preset, tuple(OBSERVATION_PRESETS))]
     given = {
@@ -260,7 +260,7 @@ def _pairs(state: ObservationNormState, observations, name: str):
         state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats)
     )
     obs_leaves, obs_def = jax.tree.flatten(observations)
-    if str(obs_def) != str(stats_def):
+    if obs_def != stats_def:  # type: ignore[operator, unused-ignore]
         raise ValueError(
             f"{name} have the structure {obs_def}; the statistics were made for {stats_def}."
         )

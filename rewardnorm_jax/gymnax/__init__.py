@@ -28,6 +28,12 @@ API:
   ``RewardWrapperState`` inside any wrapper stack (following ``env_state``).
 * ``VecEnv(env, axis_name=None)``: ``jax.vmap`` of ``reset(keys, params)`` /
   ``step(keys, states, actions, params)`` over one key per environment.
+* ``NormalizeObservation(env, preset="gymnasium", *, axis_name=None, **options)``:
+  observations normalized by :func:`rewardnorm_jax.normalize_observation`
+  (PureJaxRL's ``NormalizeVecObservation`` is ``preset="purejaxrl"``);
+  ``reset(key, params=None, stats_from=None, update_stats=True)``;
+  ``get_observation_state(state)``, ``set_observation_state(state, obs_state)``,
+  ``set_observation_update_stats(state, flag)`` through any wrapper stack.
 
 Shared statistics over a batch of N environments, two ways:
 
@@ -51,8 +57,15 @@ from rewardnorm_jax._src.adapter import (
     with_stats_from,
 )
 from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.observation_wrapper import (
+    ObservationWrapperState,
+    get_observation_state,
+    set_observation_state,
+    set_observation_update_stats,
+)
 
 with requires("gymnax", __name__):
+    from rewardnorm_jax.gymnax._observation import NormalizeObservation
     from rewardnorm_jax.gymnax._vec_env import VecEnv
     from rewardnorm_jax.gymnax._wrapper import (
         ClipReward,
@@ -63,12 +76,17 @@ with requires("gymnax", __name__):
 
 __all__ = [
     "ClipReward",
+    "NormalizeObservation",
     "NormalizeReward",
+    "ObservationWrapperState",
     "RewardTransformWrapper",
     "RewardWrapperState",
     "TransformReward",
     "VecEnv",
+    "get_observation_state",
     "get_transform_state",
+    "set_observation_state",
+    "set_observation_update_stats",
     "set_transform_state",
     "set_update_stats",
     "with_stats_from",

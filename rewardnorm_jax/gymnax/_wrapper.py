@@ -10,20 +10,9 @@ from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src import adapter, checks, normalize_wrapper
+from rewardnorm_jax._src.adapter import batch_shape_of_key
 
 PyTree = Any
-
-
-def batch_shape_of_key(key: jax.Array) -> tuple[int, ...]:
-    """The environment batch a reset key stands for: one key per environment.
-
-    Typed keys (``jax.random.key``) have the batch's shape; raw ``uint32``
-    keys (``jax.random.PRNGKey``) carry the key data on a trailing axis.
-    """
-    key = jnp.asarray(key)
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
-        return tuple(key.shape)
-    return tuple(key.shape[:-1])
 
 
 def episode_ends(result: tuple) -> tuple[jax.Array, jax.Array]:

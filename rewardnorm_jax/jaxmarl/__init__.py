@@ -18,6 +18,11 @@ API:
   ``with_stats_from(state, ts)``, ``set_update_stats(state, flag)``: the
   transform state and freeze flag of the wrapper state, also under
   JaxMARL's ``LogWrapper``.
+* ``NormalizeObservation(env, preset="gymnasium", *, axis_name=None, per_env=False,
+  **options)``: every agent's observation normalized by statistics of its own
+  (:func:`rewardnorm_jax.normalize_observation`), shared across ``axis_name``;
+  ``get_observation_state(state)``, ``set_observation_state(state, obs_state)``,
+  ``set_observation_update_stats(state, flag)``.
 
 Only this subpackage imports JaxMARL; the top-level package exports none of it.
 """
@@ -30,15 +35,27 @@ from rewardnorm_jax._src.adapter import (
     with_stats_from,
 )
 from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.observation_wrapper import (
+    ObservationWrapperState,
+    get_observation_state,
+    set_observation_state,
+    set_observation_update_stats,
+)
 
 with requires("jaxmarl", __name__):
+    from rewardnorm_jax.jaxmarl._observation import NormalizeObservation
     from rewardnorm_jax.jaxmarl._wrapper import NormalizeReward, RewardTransformWrapper
 
 __all__ = [
+    "NormalizeObservation",
     "NormalizeReward",
+    "ObservationWrapperState",
     "RewardTransformWrapper",
     "RewardWrapperState",
+    "get_observation_state",
     "get_transform_state",
+    "set_observation_state",
+    "set_observation_update_stats",
     "set_transform_state",
     "set_update_stats",
     "with_stats_from",

@@ -14,6 +14,11 @@ API:
 * ``get_transform_state(state)``, ``set_transform_state(state, ts)``,
   ``with_stats_from(state, ts)``, ``set_update_stats(state, flag)``: the
   transform state and freeze flag of the wrapper state.
+* ``NormalizeObservation(env, preset="gymnasium", *, axis_name=None, per_env=False,
+  **options)``: ``timestep.observation`` normalized by
+  :func:`rewardnorm_jax.normalize_observation`, around the auto-resetting batch;
+  ``get_observation_state(state)``, ``set_observation_state(state, obs_state)``,
+  ``set_observation_update_stats(state, flag)``.
 
 Only this subpackage imports Jumanji; the top-level package exports none of it.
 """
@@ -26,15 +31,27 @@ from rewardnorm_jax._src.adapter import (
     with_stats_from,
 )
 from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.observation_wrapper import (
+    ObservationWrapperState,
+    get_observation_state,
+    set_observation_state,
+    set_observation_update_stats,
+)
 
 with requires("jumanji", __name__):
+    from rewardnorm_jax.jumanji._observation import NormalizeObservation
     from rewardnorm_jax.jumanji._wrapper import NormalizeReward, RewardTransformWrapper
 
 __all__ = [
+    "NormalizeObservation",
     "NormalizeReward",
+    "ObservationWrapperState",
     "RewardTransformWrapper",
     "RewardWrapperState",
+    "get_observation_state",
     "get_transform_state",
+    "set_observation_state",
+    "set_observation_update_stats",
     "set_transform_state",
     "set_update_stats",
     "with_stats_from",
