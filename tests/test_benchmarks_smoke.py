@@ -8,6 +8,7 @@ normalizer in ``rollout.py``; those raise on a mismatch).
 """
 
 import importlib
+import importlib.util
 import math
 
 import pytest
@@ -51,6 +52,7 @@ NEEDS = {
     "group_advantages": None,
     "float32_residue": None,
     "purejaxrl_wrapper": "gymnax",
+    "observation": None,  # Brax's column when Brax is installed
 }
 
 
@@ -195,3 +197,18 @@ def test_purejaxrl_wrapper(capsys):
     assert row[6] == "232 of 232"  # every output NaN in the copy
     assert row[7] == "320"  # evaluation starts from the learned count, 40 x 8
     assert float(row[8]) == 1e-4  # the copy's reset starts from its prior
+
+
+def test_observation(capsys):
+    argv = ["--sizes", "8", "--steps", "20", "--repeats", "2", "--markdown"]
+    (row,) = table_rows(run_main("observation", argv, capsys))
+    assert row[0] == "8"
+    assert_positive_numbers(row[1:5])
+    ours_error, purejaxrl_error = (float(cell) for cell in row[9].split(" / "))
+    assert ours_error < 1e-4  # ours within float32 rounding of PureJaxRL's float64 arithmetic
+    assert purejaxrl_error < 1e-2
+    ours_brax_error = float(row[10].split(" / ")[0])
+    if importlib.util.find_spec("brax") is None:  # no Brax: no reference to measure against
+        assert math.isnan(ours_brax_error)
+    else:
+        assert ours_brax_error < 1e-4

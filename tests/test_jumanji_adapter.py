@@ -246,13 +246,13 @@ def test_normalize_observation_around_the_batch_integer_leaves_pass():
     env = rnj.NormalizeReward(rnj.NormalizeObservation(base), 0.99)
     keys = jax.random.split(jax.random.PRNGKey(0), 4)
     state, timestep = jax.jit(env.reset)(keys)
-    raw_state, raw = base.reset(keys)
+    raw_state, raw = jax.jit(base.reset)(keys)
     actions = jnp.array([0, 1, 2, 3])
-    step = jax.jit(env.step)
+    step, raw_step = jax.jit(env.step), jax.jit(base.step)
     raws = [raw.observation.grid]
     for _ in range(5):
         state, timestep = step(state, actions)
-        raw_state, raw = base.step(raw_state, actions)
+        raw_state, raw = raw_step(raw_state, actions)
         raws.append(raw.observation.grid)
     np.testing.assert_array_equal(timestep.observation.action_mask, raw.observation.action_mask)
     np.testing.assert_array_equal(timestep.observation.step_count, raw.observation.step_count)
@@ -263,7 +263,7 @@ def test_normalize_observation_around_the_batch_integer_leaves_pass():
     assert (rn.count_as_int(stats.grid) == 24).all()
     assert int(rn.count_as_int(rnj.get_transform_state(state).stats)) == 20
     # Evaluation from the learned statistics, frozen.
-    eval_state, _ = env.reset(keys)
+    eval_state, _ = jax.jit(env.reset)(keys)
     eval_state = rnj.set_observation_state(eval_state, rnj.get_observation_state(state))
     eval_state = rnj.set_observation_update_stats(eval_state, False)
     eval_state, _ = step(eval_state, actions)

@@ -151,7 +151,7 @@ def test_frozen_and_masked_updates():
     _, learned = norm.step(state, batches[0])
     out, frozen = jax.jit(norm.step)(learned, batches[1], jnp.bool_(False))  # traced flag
     jax.tree.map(np.testing.assert_array_equal, frozen, learned)
-    np.testing.assert_allclose(out, norm.apply(learned, batches[1]))
+    np.testing.assert_allclose(out, norm.apply(learned, batches[1]), rtol=1e-6)  # jit vs eager
     _, python_frozen = norm.step(learned, batches[1], False)
     assert python_frozen is learned
     active = np.arange(NUM_ENVS) % 3 != 0
@@ -258,3 +258,28 @@ def test_bad_inputs_name_themselves():
         norm.apply({"a": 1}, {"a": jnp.zeros(3)})
     with pytest.raises(ValueError, match="no arrays"):
         norm.init({})
+
+
+def test_policy_exported_with_its_normalizer_gives_the_same_actions():
+    """jax.export of policy and frozen statistics as one function of the raw observation."""
+    norm = rn.normalize_observation("brax")
+    state = norm.init(jnp.zeros(DIM))
+    for batch in observations(seed=11)[:10]:
+        state = norm.update(state, batch)
+    rng = np.random.default_rng(12)
+    weights = jnp.asarray(rng.standard_normal((DIM, 2)), jnp.float32)
+
+    def act(obs):  # the learned statistics are constants of the exported function
+        return jnp.tanh(norm.apply(state, obs) @ weights)
+
+    probe = jnp.asarray(observations(seed=13)[0])
+    exported = jax.export.export(jax.jit(act))(jax.ShapeDtypeStruct(probe.shape, probe.dtype))
+    restored = jax.export.deserialize(exported.serialize())
+    np.testing.assert_array_equal(restored.call(probe), jax.jit(act)(probe))
+    # The statistics are in the function: raw observations in, the policy's actions out.
+    np.testing.assert_allclose(
+        restored.call(probe),
+        np.tanh(np.asarray(norm.apply(state, probe)) @ np.asarray(weights)),
+        rtol=1e-5,
+        atol=1e-6,
+    )

@@ -372,5 +372,8 @@ def step(config: ObservationConfig, state, observations, update_stats=True, *, a
     """``update`` and ``apply`` in the preset's order; ``(observations, state)``."""
     checks.check_update_stats(update_stats)
     new_state = _update(config, state, observations, update_stats, active)
-    used = state if config.normalize_first else new_state
-    return apply(config, used, observations), new_state
+    if config.normalize_first:
+        return apply(config, state, observations), new_state
+    # The barrier keeps the merge out of the normalization's fused loop, which XLA:CPU
+    # otherwise recomputes per entry (2.2x the step's time at N = 4096, 17 features).
+    return apply(config, jax.lax.optimization_barrier(new_state), observations), new_state

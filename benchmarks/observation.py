@@ -1,0 +1,183 @@
+"""Normalizing a stream of (N, 17) observations: ours vs PureJaxRL's and Brax's normalizers.
+
+Every variant is a jitted ``lax.scan`` over ``T`` steps of ``N`` environments
+with 17-dimensional float32 observations (a Brax ant-like size; features of
+different scales and offsets) that writes one normalized observation per
+input, so they differ only in the normalizer:
+
+* ``ours``: ``rewardnorm_jax.normalize_observation("purejaxrl").step`` (update,
+  then normalize; exact count, compensated mean, non-finite entries left out);
+* ``ours brax``: ``normalize_observation("brax").step`` (normalize with the
+  statistics from before the update, then update);
+* ``purejaxrl``: PureJaxRL's ``NormalizeVecObservation`` arithmetic, its
+  statistics of the batch's shape ``(N, 17)`` as it keeps them;
+* ``brax``: Brax's ``running_statistics.normalize`` then ``update`` (Welford
+  mode, ``UInt64`` count), when Brax is installed.
+
+It prints microseconds per step (the minimum over ``--repeats`` alternating
+calls, ``_timing.py``), the kernels one step of each scan launches
+(``loop_kernels``), and each variant's largest error in standard deviations
+(the normalized outputs' units) against the same arithmetic in float64:
+PureJaxRL's for ``ours`` and ``purejaxrl``, Brax's for ``ours brax`` and ``brax``.
+
+Usage::
+
+    python -m benchmarks.observation                 # N = 64, 1024, 4096, 65536
+    python -m benchmarks.observation --sizes 4096 --markdown
+"""
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import rewardnorm_jax as rn
+from benchmarks._timing import add_common_args, compare, loop_kernels, print_results
+
+DIM = 17
+
+try:
+    from brax.training.acme import running_statistics
+except ImportError:  # the brax extra is optional here
+    running_statistics = None
+
+
+def make_stream(steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
+    """Float32 observations ``(steps, num_envs, 17)``: scales 1e-2..1e2, offsets -5..5."""
+    rng = np.random.default_rng(seed)
+    scale = np.logspace(-2, 2, DIM)
+    offset = np.linspace(-5, 5, DIM)
+    return (rng.standard_normal((steps, num_envs, DIM)) * scale + offset).astype(np.float32)
+
+
+def scan_ours(preset: str):
+    norm = rn.normalize_observation(preset)
+
+    def run(stream):
+        def body(state, obs):
+            out, state = norm.step(state, obs)
+            return state, out
+
+        return jax.lax.scan(body, norm.init(jnp.zeros(DIM)), stream)[1]
+
+    return jax.jit(run)
+
+
+def _purejaxrl_update(mean, var, count, obs):
+    """PureJaxRL's NormalizeVecObservation step, as its wrappers.py writes it."""
+    batch_mean = jnp.mean(obs, axis=0)
+    batch_var = jnp.var(obs, axis=0)
+    batch_count = obs.shape[0]
+    delta = batch_mean - mean
+    tot_count = count + batch_count
+    new_mean = mean + delta * batch_count / tot_count
+    m_a = var * count
+    m_b = batch_var * batch_count
+    m2 = m_a + m_b + jnp.square(delta) * count * batch_count / tot_count
+    return new_mean, m2 / tot_count, tot_count
+
+
+@jax.jit
+def scan_purejaxrl(stream):
+    def body(carry, obs):
+        mean, var, count = _purejaxrl_update(*carry, obs)
+        return (mean, var, count), (obs - mean) / jnp.sqrt(var + 1e-8)
+
+    shape = stream.shape[1:]
+    start = (jnp.zeros(shape), jnp.ones(shape), jnp.float32(1e-4))
+    return jax.lax.scan(body, start, stream)[1]
+
+
+@jax.jit
+def scan_brax(stream):
+    def body(state, obs):
+        out = running_statistics.normalize(obs, state)
+        return running_statistics.update(state, obs), out
+
+    return jax.lax.scan(body, running_statistics.init_state(jnp.zeros(DIM)), stream)[1]
+
+
+def measure(num_envs: int, steps: int, repeats: int) -> dict:
+    stream = jnp.asarray(make_stream(steps, num_envs))
+    variants = {"ours": scan_ours("purejaxrl"), "ours brax": scan_ours("brax")}
+    variants["purejaxrl"] = scan_purejaxrl
+    if running_statistics is not None:
+        variants["brax"] = scan_brax
+    outputs = {name: np.asarray(fn(stream), np.float64) for name, fn in variants.items()}
+    with jax.enable_x64(True):  # the references: the same arithmetic in float64
+        stream64 = jnp.asarray(np.asarray(stream), jnp.float64)
+        truths = {"purejaxrl": np.asarray(scan_purejaxrl(stream64))}
+        if running_statistics is not None:
+            truths["brax"] = np.asarray(scan_brax(stream64))
+    of = {"ours": "purejaxrl", "purejaxrl": "purejaxrl", "ours brax": "brax", "brax": "brax"}
+    errors = {
+        name: np.abs(out - truths[of[name]]).max()
+        for name, out in outputs.items()
+        if of[name] in truths
+    }
+    kernels = {name: loop_kernels(fn, stream) for name, fn in variants.items()}
+    seconds = compare({name: (lambda fn=fn: fn(stream)) for name, fn in variants.items()}, repeats)
+    return {
+        "us": {name: s / steps * 1e6 for name, s in seconds.items()},
+        "kernels": kernels,
+        "errors": errors,
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[64, 1024, 4096, 65536],
+        help="numbers of environments N (default: 64 1024 4096 65536)",
+    )
+    parser.add_argument("--steps", type=int, default=200, help="stream length T (default 200)")
+    add_common_args(parser)
+    args = parser.parse_args(argv)
+    rows = []
+    for num_envs in args.sizes:
+        found = measure(num_envs, args.steps, args.repeats)
+        us, kernels, errors = found["us"], found["kernels"], found["errors"]
+        brax = us.get("brax", float("nan"))
+        rows.append(
+            [
+                num_envs,
+                us["ours"],
+                us["purejaxrl"],
+                us["ours"] / us["purejaxrl"],
+                us["ours brax"],
+                brax,
+                us["ours brax"] / brax,
+                " / ".join(str(kernels.get(name, "-")) for name in ("ours", "purejaxrl")),
+                " / ".join(str(kernels.get(name, "-")) for name in ("ours brax", "brax")),
+                " / ".join(f"{errors[name]:.1e}" for name in ("ours", "purejaxrl")),
+                " / ".join(f"{errors.get(name, np.nan):.1e}" for name in ("ours brax", "brax")),
+            ]
+        )
+    headers = [
+        "N",
+        "ours us/step",
+        "purejaxrl us/step",
+        "ours/purejaxrl",
+        "ours brax us/step",
+        "brax us/step",
+        "ours brax/brax",
+        "kernels ours / purejaxrl",
+        "kernels ours brax / brax",
+        "error ours / purejaxrl",
+        "error ours brax / brax",
+    ]
+    print_results(
+        f"Observation normalization, {args.steps} steps of (N, {DIM}) float32 observations",
+        headers,
+        rows,
+        args.markdown,
+        packages=("jax", "jaxlib", "numpy", "brax"),
+    )
+
+
+if __name__ == "__main__":
+    main()
