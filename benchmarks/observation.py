@@ -27,6 +27,7 @@ Usage::
 """
 
 import argparse
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -81,7 +82,7 @@ def _purejaxrl_update(mean, var, count, obs):
 @jax.jit
 def scan_purejaxrl(stream):
     def body(carry, obs):
-        mean, var, count = _purejaxrl_update(*carry, obs)
+        mean, var, count = _purejaxrl_update(carry[0], carry[1], carry[2], obs)
         return (mean, var, count), (obs - mean) / jnp.sqrt(var + 1e-8)
 
     shape = stream.shape[1:]
@@ -117,7 +118,9 @@ def measure(num_envs: int, steps: int, repeats: int) -> dict:
         if of[name] in truths
     }
     kernels = {name: loop_kernels(fn, stream) for name, fn in variants.items()}
-    seconds = compare({name: (lambda fn=fn: fn(stream)) for name, fn in variants.items()}, repeats)
+    seconds = compare(
+        {name: functools.partial(fn, stream) for name, fn in variants.items()}, repeats
+    )
     return {
         "us": {name: s / steps * 1e6 for name, s in seconds.items()},
         "kernels": kernels,
