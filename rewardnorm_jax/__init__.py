@@ -27,7 +27,6 @@ from rewardnorm_jax._src.group.whiten import masked_whiten
 from rewardnorm_jax._src.kl import kl_estimate, kl_penalized_rewards
 from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.observation import (
-    OBSERVATION_PRESETS,
     ObservationNormalizer,
     ObservationNormState,
     normalize_observation,
@@ -70,7 +69,6 @@ from rewardnorm_jax._src.value_transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "OBSERVATION_PRESETS",
     "PRIOR_COUNT",
     "CenterRewardState",
     "CheckFiniteRewardState",

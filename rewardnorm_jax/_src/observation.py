@@ -16,7 +16,7 @@ the mean, which at mean :math:`10^3` and spread 0.1 is :math:`3 \times
 10^{-4}` standard deviations; the two words keep the normalized observation
 within :math:`10^{-5}` of float64 there.
 
-Presets reproduce the normalizers users have (:data:`OBSERVATION_PRESETS`):
+Presets reproduce the normalizers users have (``OBSERVATION_PRESETS``):
 
 ========== ============ ========== ============================ ====== ==================
 preset     prior weight epsilon    std bounds                   clip   order of ``step``
@@ -48,7 +48,7 @@ from rewardnorm_jax._src.stats import running as rs
 
 @dataclasses.dataclass(frozen=True)
 class ObservationPreset:
-    """The arithmetic of one observation normalizer (see :data:`OBSERVATION_PRESETS`).
+    """The arithmetic of one observation normalizer (see ``OBSERVATION_PRESETS``).
 
     Attributes:
       prior_count: the weight of the prior (mean 0, variance 1); 0 for none.
@@ -182,7 +182,7 @@ def normalize_observation(
 
     Args:
       preset: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"`` or
-        ``"brax"``: whose arithmetic to reproduce (:data:`OBSERVATION_PRESETS`).
+        ``"brax"``: whose arithmetic to reproduce (``OBSERVATION_PRESETS``).
       epsilon: added to the variance under the square root (preset's if not given).
       clip: bound of the symmetric clip of the normalized values, or ``None``.
       std_min: lower bound of the standard deviation, or ``None``.
