@@ -283,3 +283,29 @@ def test_policy_exported_with_its_normalizer_gives_the_same_actions():
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize("preset", ["brax", "gymnasium"])
+def test_first_batch_far_from_zero_with_its_first_entry_left_out(preset):
+    """The shift of the first merge comes from a selected entry, not the prior's mean 0."""
+    rng = np.random.default_rng(14)
+    batch = (1000.0 + 0.1 * rng.standard_normal((64, 3))).astype(np.float32)
+    batch[0, 0] = np.nan  # feature 0: its first entry is non-finite
+    active = np.ones(64, bool)
+    active[1] = False
+    norm = rn.normalize_observation(preset)
+    state = jax.jit(norm.update)(norm.init(jnp.zeros(3)), batch, active=jnp.asarray(active))
+    for feature in range(3):
+        kept = batch[active & np.isfinite(batch[:, feature]), feature].astype(np.float64)
+        if preset == "brax":
+            expected = kept.var()
+        else:
+            reference = GymnasiumReference(())
+            reference.update(kept)
+            expected = reference.var
+        np.testing.assert_allclose(state.stats.var[feature], expected, rtol=1e-3)
+    # Masked out at the first entry of every feature: the search covers the whole batch.
+    masked = norm.update(norm.init(jnp.zeros(3)), batch[1:], active=jnp.arange(63) > 0)
+    expected = batch[2:].astype(np.float64)
+    if preset == "brax":
+        np.testing.assert_allclose(masked.stats.var[1:], expected[:, 1:].var(0), rtol=1e-3)

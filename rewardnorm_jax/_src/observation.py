@@ -16,7 +16,7 @@ the mean, which at mean :math:`10^3` and spread 0.1 is :math:`3 \times
 10^{-4}` standard deviations; the two words keep the normalized observation
 within :math:`10^{-5}` of float64 there.
 
-Presets reproduce the normalizers users have (``OBSERVATION_PRESETS``):
+Presets reproduce the normalizers users have:
 
 ========== ============ ========== ============================ ====== ==================
 preset     prior weight epsilon    std bounds                   clip   order of ``step``
@@ -48,7 +48,7 @@ from rewardnorm_jax._src.stats import running as rs
 
 @dataclasses.dataclass(frozen=True)
 class ObservationPreset:
-    """The arithmetic of one observation normalizer (see ``OBSERVATION_PRESETS``).
+    """The arithmetic of one observation normalizer (one row of the presets table).
 
     Attributes:
       prior_count: the weight of the prior (mean 0, variance 1); 0 for none.
@@ -182,7 +182,8 @@ def normalize_observation(
 
     Args:
       preset: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"`` or
-        ``"brax"``: whose arithmetic to reproduce (``OBSERVATION_PRESETS``).
+        ``"brax"``: whose arithmetic to reproduce (the table above, and
+        :doc:`/observations`).
       epsilon: added to the variance under the square root (preset's if not given).
       clip: bound of the symmetric clip of the normalized values, or ``None``.
       std_min: lower bound of the standard deviation, or ``None``.
@@ -284,13 +285,32 @@ def _pairs(state: ObservationNormState, observations, name: str):
     return list(zip(obs_leaves, stats_leaves, strict=True)), obs_def, batch_shape
 
 
+_FILL_ROWS = 8  # the batch's leading entries a fresh feature's fill is taken from
+
+
 def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
-    """One leaf merged: non-finite entries (and unselected ones) left out."""
+    """One leaf merged: non-finite entries (and unselected ones) left out.
+
+    The sums weight the entries, so an entry left out must be finite, and the
+    batch's first entry is the shift of the sums: one of the data, so the sums
+    stay well conditioned however far the data are from 0. Inactive entries
+    keep their values. A non-finite entry is filled with the running mean,
+    near the data once samples have been merged; a feature without samples
+    (its mean the prior's 0, or none) takes the first finite value among the
+    batch's first ``_FILL_ROWS`` entries instead, elementwise, where a search
+    of the whole batch would cost a serial reduction on every step. Only a
+    fresh feature non-finite in all of them is shifted by 0, and loses
+    precision if its data are far from 0.
+    """
     values = jnp.asarray(leaf).astype(stats.mean.dtype)
     finite = jnp.isfinite(values)
     mask = finite if selected is None else finite & selected
-    # Entries left out hold the running mean: finite, so the sums may weight them.
-    values = jnp.where(mask, values, stats.mean)
+    flat = values.reshape(-1, *stats.mean.shape)
+    fill = stats.mean
+    for row in reversed(range(min(_FILL_ROWS, flat.shape[0]))):
+        usable = jnp.isfinite(flat[row]) & (stats.sample_count == 0)
+        fill = jnp.where(usable, flat[row], fill)
+    values = jnp.where(finite, values, fill)
     return rs.merge_checked(stats, values, mask, axis_name=config.axis_name, unselected_alike=True)
 
 

@@ -7,7 +7,8 @@ and ``sac.train``). :func:`from_running_statistics` hands them to the library
 :func:`to_running_statistics` gives them back, so that Brax continues
 updating from them.
 
-Both keep the count exactly (Brax's ``UInt64`` words are the library's count
+Both run on the host, outside ``jit`` (they read the count and ``std_eps`` as
+numbers), as a trainer's parameters are handed over. Both keep the count exactly (Brax's ``UInt64`` words are the library's count
 words), the mean and the summed variance :math:`M` (Welford mode; Brax's
 ``"ema"`` mode keeps the variance, :math:`M / n`). The library's statistics
 keep a count per feature, Brax one count for every leaf: a state whose

@@ -480,7 +480,7 @@ def _first_of_pair(a, b):
     return a[0] | b[0], jnp.where(a[0], a[1], b[1])
 
 
-def _first_selected(batch, mask, num_batch_axes: int):
+def first_selected(batch, mask, num_batch_axes: int):
     """``(found, entry)``: a selected entry per statistic, by one reduction.
 
     The first one in XLA's reduction order, a serial loop on XLA:CPU; 0 where
@@ -507,7 +507,7 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
     have been merged (an unselected return may be far from the selected ones:
     an environment that ended its episode and waits), and the first entry
     before; a non-finite one falls back to the running mean. Otherwise (they may be NaN)
-    the first selected entry is searched for (:func:`_first_selected`). Under
+    the first selected entry is searched for (:func:`first_selected`). Under
     ``axis_name`` every participant takes the largest participant's shift, so
     that their shifted sums add up.
     """
@@ -519,7 +519,7 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
         if mask is not None:
             found = found & (mask[(0,) * num_batch_axes] | (stats.sample_count == 0))
     else:
-        found, first = _first_selected(batch, mask, num_batch_axes)
+        found, first = first_selected(batch, mask, num_batch_axes)
     if axis_name is not None:
         first = jax.lax.pmax(jnp.where(found, first, -jnp.inf), axis_name)
         found = first > -jnp.inf
