@@ -143,3 +143,19 @@ def test_conversion_errors_name_the_problem():
         rnb.to_running_statistics(norm.config, norm.update(norm.init(jnp.zeros(DIM)), batch))
     with pytest.raises(TypeError, match="RunningStatisticsState"):
         rnb.from_running_statistics({"mean": 0})
+
+
+def test_conversion_refuses_replicated_counts_and_other_std_bounds():
+    brax_state = running_statistics.init_state(jnp.zeros(DIM))
+    brax_state = running_statistics.update(
+        brax_state, jnp.asarray(batches(11)[0]), std_min_value=0.5
+    )
+    with pytest.raises(ValueError, match="std_min_value and std_max_value"):
+        rnb.from_running_statistics(brax_state)
+    norm, _ = rnb.from_running_statistics(brax_state, std_min=0.5)
+    assert norm.config.std_min == 0.5
+    replicated = jax.tree.map(lambda x: jnp.stack([x, x]), brax_state)
+    with pytest.raises(ValueError, match="one replica"):
+        rnb.from_running_statistics(replicated)
+    with pytest.raises(TypeError, match=r"norm\.config"):
+        rnb.to_running_statistics(brax_state, brax_state)

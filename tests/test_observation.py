@@ -309,3 +309,38 @@ def test_first_batch_far_from_zero_with_its_first_entry_left_out(preset):
     expected = batch[2:].astype(np.float64)
     if preset == "brax":
         np.testing.assert_allclose(masked.stats.var[1:], expected[:, 1:].var(0), rtol=1e-3)
+
+
+def test_inactive_first_entry_far_from_the_data_and_gradients():
+    """An inactive environment's observation (0, far from 1e3) is no shift; grads flow."""
+    rng = np.random.default_rng(15)
+    batch = (1000.0 + 0.1 * rng.standard_normal((64, 3))).astype(np.float32)
+    batch[0] = 0.0
+    active = np.arange(64) > 0
+    norm = rn.normalize_observation("brax")
+    state = norm.update(norm.init(jnp.zeros(3)), batch, active=jnp.asarray(active))
+    np.testing.assert_allclose(state.stats.var, batch[1:].astype(np.float64).var(0), rtol=1e-3)
+    # The statistics are constants of the normalization: d/dx of sum((x - mean) / std).
+    grad = jax.grad(lambda x: norm.apply(state, x).sum())(jnp.asarray(batch))
+    np.testing.assert_allclose(
+        grad, np.broadcast_to(1 / np.sqrt(state.stats.var), (64, 3)), rtol=1e-5
+    )
+    stepped = jax.grad(lambda x: norm.step(state, x)[0].sum())(jnp.asarray(batch))
+    assert np.isfinite(stepped).all()
+
+
+def test_a_state_of_another_prior_is_refused():
+    brax_state = rn.normalize_observation("brax").init(jnp.zeros(2))
+    with pytest.raises(ValueError, match=r"prior_count=0\.0, but this normalizer"):
+        rn.normalize_observation().apply(brax_state, jnp.zeros(2))
+
+
+def test_checkpoint_of_statistics_without_samples_must_be_empty():
+    norm = rn.normalize_observation("brax")
+    state = norm.init(jnp.zeros(2))
+    tampered = state.replace(
+        stats=state.stats.replace(moments=state.stats.moments.at[0, 0].set(5.0))
+    )
+    data = rn.save_state(tampered, norm.config)
+    with pytest.raises(ValueError, match="0 before any sample"):
+        rn.load_state(state, data, norm.config)

@@ -251,7 +251,7 @@ def init(config: ObservationConfig, observation) -> ObservationNormState:
     return ObservationNormState(stats)
 
 
-def _pairs(state: ObservationNormState, observations, name: str):
+def _pairs(config: ObservationConfig, state: ObservationNormState, observations, name: str):
     """``[(leaf, stats)]`` in tree order, and the batch shape every leaf shares."""
     if not isinstance(state, ObservationNormState):
         raise TypeError(
@@ -267,6 +267,14 @@ def _pairs(state: ObservationNormState, observations, name: str):
         )
     batch_shape = None
     for leaf, stats in zip(obs_leaves, stats_leaves, strict=True):
+        if not isinstance(stats, rs.RunningStats) or stats.prior_count != config.prior_count:
+            found = getattr(stats, "prior_count", type(stats).__name__)
+            raise ValueError(
+                f"state holds statistics with prior_count={found!r}, but this normalizer "
+                f"({config.preset!r} preset) has prior_count={config.prior_count!r}: pass a "
+                "state of this normalizer (norm.init), or build the normalizer that made it "
+                "(rnb.from_running_statistics returns both)."
+            )
         checks.check_reward(name, leaf)
         shape, feature = checks.shape_of(leaf), stats.mean.shape
         leading = shape[: len(shape) - len(feature)]
@@ -293,24 +301,26 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
 
     The sums weight the entries, so an entry left out must be finite, and the
     batch's first entry is the shift of the sums: one of the data, so the sums
-    stay well conditioned however far the data are from 0. Inactive entries
-    keep their values. A non-finite entry is filled with the running mean,
-    near the data once samples have been merged; a feature without samples
-    (its mean the prior's 0, or none) takes the first finite value among the
-    batch's first ``_FILL_ROWS`` entries instead, elementwise, where a search
-    of the whole batch would cost a serial reduction on every step. Only a
-    fresh feature non-finite in all of them is shifted by 0, and loses
-    precision if its data are far from 0.
+    stay well conditioned however far the data are from 0. Every entry left
+    out is filled with the running mean, near the data once samples have been
+    merged; a feature without samples (its mean the prior's 0, or none) takes
+    the first selected value among the batch's first ``_FILL_ROWS`` entries
+    instead, elementwise, where a search of the whole batch would cost a
+    serial reduction on every step. Only a fresh feature with none of them
+    selected is shifted by its mean, and loses precision in that first merge
+    if its data are far from 0. The statistics are not differentiated: they
+    are constants of the normalization.
     """
-    values = jnp.asarray(leaf).astype(stats.mean.dtype)
+    values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
     finite = jnp.isfinite(values)
     mask = finite if selected is None else finite & selected
-    flat = values.reshape(-1, *stats.mean.shape)
+    entries = math.prod(values.shape[: values.ndim - stats.mean.ndim])
+    flat = values.reshape(entries, *stats.mean.shape)
+    flat_mask = mask.reshape(entries, *stats.mean.shape)
     fill = stats.mean
-    for row in reversed(range(min(_FILL_ROWS, flat.shape[0]))):
-        usable = jnp.isfinite(flat[row]) & (stats.sample_count == 0)
-        fill = jnp.where(usable, flat[row], fill)
-    values = jnp.where(finite, values, fill)
+    for row in reversed(range(min(_FILL_ROWS, entries))):
+        fill = jnp.where(flat_mask[row] & (stats.sample_count == 0), flat[row], fill)
+    values = jnp.where(mask, values, fill)
     return rs.merge_checked(stats, values, mask, axis_name=config.axis_name, unselected_alike=True)
 
 
@@ -340,7 +350,7 @@ def _check_active(active, batch_shape):
 
 
 def _update(config, state, observations, update_stats, active):
-    pairs, treedef, batch_shape = _pairs(state, observations, "observations")
+    pairs, treedef, batch_shape = _pairs(config, state, observations, "observations")
     active = _check_active(active, batch_shape)
     if isinstance(update_stats, (bool, np.bool_)) and not update_stats:
         return state  # frozen by a Python flag: nothing to compile
@@ -384,7 +394,7 @@ def _normalize_leaf(config: ObservationConfig, leaf, stats: rs.RunningStats):
 
 def apply(config: ObservationConfig, state, observations):
     """``observations`` normalized by the current statistics, which are left unchanged."""
-    pairs, treedef, _ = _pairs(state, observations, "observations")
+    pairs, treedef, _ = _pairs(config, state, observations, "observations")
     return treedef.unflatten([_normalize_leaf(config, leaf, stats) for leaf, stats in pairs])
 
 

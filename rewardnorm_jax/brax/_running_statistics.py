@@ -8,9 +8,10 @@ and ``sac.train``). :func:`from_running_statistics` hands them to the library
 updating from them.
 
 Both run on the host, outside ``jit`` (they read the count and ``std_eps`` as
-numbers), as a trainer's parameters are handed over. Both keep the count exactly (Brax's ``UInt64`` words are the library's count
-words), the mean and the summed variance :math:`M` (Welford mode; Brax's
-``"ema"`` mode keeps the variance, :math:`M / n`). The library's statistics
+numbers), as a trainer's parameters are handed over. Both keep the count exactly
+(Brax's ``UInt64`` words are the library's count words), the mean and the
+summed variance :math:`M` (Welford mode; Brax's ``"ema"`` mode keeps the
+variance, :math:`M / n`). The library's statistics
 keep a count per feature, Brax one count for every leaf: a state whose
 features counted different samples (non-finite observations left out) cannot
 be given back.
@@ -59,6 +60,12 @@ def from_running_statistics(
             "brax_state should be a brax.training.acme.running_statistics."
             f"RunningStatisticsState, got {type(brax_state).__name__}."
         )
+    if np.ndim(brax_state.std_eps) != 0:
+        raise ValueError(
+            f"brax_state.std_eps has shape {np.shape(brax_state.std_eps)}: a state replicated "
+            "over devices (pmap) holds one per device; pass one replica's, "
+            "jax.tree.map(lambda x: x[0], brax_state)."
+        )
     means = jax.tree.leaves(brax_state.mean)
     dtype = jnp.result_type(means[0]) if means else rs.default_dtype()
     norm = observation.normalize_observation(
@@ -89,17 +96,51 @@ def from_running_statistics(
         )
 
     stats = jax.tree.map(stats_of, brax_state.mean, brax_state.summed_variance)
-    return norm, observation.ObservationNormState(stats)
+    state = observation.ObservationNormState(stats)
+    _check_std(norm, state, brax_state)
+    return norm, state
+
+
+def _check_std(norm, state, brax_state) -> None:
+    """Refuses bounds of the standard deviation other than those Brax's updates used."""
+    ours = jax.tree.map(
+        lambda s: observation.std(norm.config, s),
+        state.stats,
+        is_leaf=lambda x: isinstance(x, rs.RunningStats),
+    )
+    for mine, theirs in zip(jax.tree.leaves(ours), jax.tree.leaves(brax_state.std), strict=True):
+        if not np.allclose(mine, theirs, rtol=1e-4, atol=0):
+            raise ValueError(
+                "brax_state.std differs from the std its statistics give with "
+                f"std_min={norm.config.std_min!r} and std_max={norm.config.std_max!r} (for "
+                f"example {np.ravel(theirs)[:3]} against {np.ravel(mine)[:3]}): pass the "
+                "std_min_value and std_max_value its updates used as std_min and std_max."
+            )
 
 
 def _count_words(count) -> tuple[jax.Array, jax.Array]:
-    """Brax's count as two uint32 words."""
+    """Brax's count as two uint32 words, checked: one whole number in [0, 2**64)."""
     if isinstance(count, brax_types.UInt64):
-        return jnp.asarray(count.hi, jnp.uint32), jnp.asarray(count.lo, jnp.uint32)
-    count = np.asarray(count)
-    if not (np.isfinite(count) and count >= 0 and count == np.floor(count)):
-        raise ValueError(f"brax_state.count should be a whole number >= 0, got {count!r}.")
-    whole = int(count)
+        words = [np.asarray(count.hi), np.asarray(count.lo)]
+        whole = None
+        if all(w.ndim == 0 and w == np.floor(w) and 0 <= w < 2**32 for w in words):
+            whole = (int(words[0]) << 32) + int(words[1])
+    else:
+        value = np.asarray(count)
+        whole = None
+        if (
+            value.ndim == 0
+            and np.isfinite(value)
+            and 0 <= value < 2**64
+            and value == np.floor(value)
+        ):
+            whole = int(value)
+    if whole is None:
+        raise ValueError(
+            f"brax_state.count should be one whole number in [0, 2**64), got {count!r}; a state "
+            "replicated over devices (pmap) holds one per device: pass one replica's, "
+            "jax.tree.map(lambda x: x[0], brax_state)."
+        )
     return jnp.uint32(whole >> 32), jnp.uint32(whole & 0xFFFFFFFF)
 
 
@@ -128,6 +169,14 @@ def to_running_statistics(
       ValueError: for a configuration with a prior, or features that
         counted different numbers of samples.
     """
+    given: tuple[object, object] = (config, state)  # callers may pass anything
+    if not isinstance(given[0], observation.ObservationConfig) or not isinstance(
+        given[1], observation.ObservationNormState
+    ):
+        raise TypeError(
+            "to_running_statistics(config, state) takes a normalizer's config (norm.config) and "
+            f"its state, got {type(config).__name__} and {type(state).__name__}."
+        )
     if config.prior_count != 0:
         raise ValueError(
             f"to_running_statistics needs statistics without a prior (prior_count=0, the 'brax' "

@@ -205,6 +205,16 @@ class RunningStats(struct.PyTreeNode):
         for field, rule, expected in rules:
             values = np.asarray(getattr(self, field))
             checks.refuse_where(f"{name}.{field}", values, ~rule(values), expected)
+        if self.prior_count == 0 and self.decay is None and self.step_size is None:
+            empty = (np.asarray(self.count_hi) == 0) & (np.asarray(self.count_lo) == 0)
+            for field in ("mean", "mean_low", "m2", "m2_low"):
+                values = np.asarray(getattr(self, field))
+                checks.refuse_where(
+                    f"{name}.{field}",
+                    values,
+                    empty & (values != 0),
+                    "0 before any sample (statistics without a prior)",
+                )
         m2, m2_low = np.asarray(self.m2), np.asarray(self.m2_low)
         with np.errstate(over="ignore"):
             total = m2 + m2_low  # in the statistics dtype, as the variance is computed
