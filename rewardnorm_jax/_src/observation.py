@@ -305,7 +305,7 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     out is filled with the running mean, near the data once samples have been
     merged; a feature without samples (its mean the prior's 0, or none) takes
     the first selected value among the batch's first ``_FILL_ROWS`` entries
-    instead, elementwise, where a search of the whole batch would cost a
+    instead (a small gather), where a search of the whole batch would cost a
     serial reduction on every step. Only a fresh feature with none of them
     selected is shifted by its mean, and loses precision in that first merge
     if its data are far from 0. The statistics are not differentiated: they
@@ -317,9 +317,11 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     entries = math.prod(values.shape[: values.ndim - stats.mean.ndim])
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
-    fill = stats.mean
-    for row in reversed(range(min(_FILL_ROWS, entries))):
-        fill = jnp.where(flat_mask[row] & (stats.sample_count == 0), flat[row], fill)
+    head, head_mask = flat[:_FILL_ROWS], flat_mask[:_FILL_ROWS]
+    row = jnp.argmax(head_mask, axis=0)[None]  # the first selected of the head (0 if none)
+    first = jnp.take_along_axis(head, row, axis=0)[0]
+    found = jnp.take_along_axis(head_mask, row, axis=0)[0]
+    fill = jnp.where(found & (stats.sample_count == 0), first, stats.mean)
     values = jnp.where(mask, values, fill)
     return rs.merge_checked(stats, values, mask, axis_name=config.axis_name, unselected_alike=True)
 
