@@ -16,7 +16,11 @@ from flax import struct
 
 from rewardnorm_jax._src import checks
 from rewardnorm_jax._src.adapter import batch_shape_of_key
-from rewardnorm_jax._src.observation import ObservationNormalizer, ObservationNormState
+from rewardnorm_jax._src.observation import (
+    ObservationNormalizer,
+    ObservationNormState,
+    normalize_observation,
+)
 from rewardnorm_jax._src.stats.running import participants
 
 PyTree = Any
@@ -28,6 +32,51 @@ class ObservationWrapperState(struct.PyTreeNode):
     env_state: PyTree  # the wrapped environment's state
     obs_state: ObservationNormState  # the observation statistics
     update_stats: jax.Array  # bool (), False freezes the statistics on every step
+
+
+class ObservationWrapper:
+    """What every suite's ``NormalizeObservation`` shares: its normalizer and its placement.
+
+    Subclasses list their suite's wrapper class after this one, whose
+    ``__init__(env)`` it calls, and call :meth:`start` from their ``reset`` and
+    :meth:`advance` from their ``step``.
+    """
+
+    def __init__(
+        self,
+        env,
+        preset: str = "gymnasium",
+        *,
+        axis_name: Any = None,
+        per_env: bool = False,
+        **options,
+    ):
+        """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s.
+
+        A wrapper reset with one environment's key needs ``axis_name`` (one set
+        merged across a named ``jax.vmap``) or ``per_env=True`` (one set per
+        environment, or a single environment).
+        """
+        super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper class, next in the MRO
+        self.normalizer = normalize_observation(preset, axis_name=axis_name, **options)
+        self.per_env = per_env
+
+    def start(self, observations, env_state, key, stats_from, update_stats):
+        """A reset's normalized observations and wrapper state (see :func:`start`)."""
+        return start(
+            self.normalizer,
+            observations,
+            env_state,
+            key,
+            stats_from,
+            check_flag(update_stats),
+            wrapper=type(self).__name__,
+            per_env=self.per_env,
+        )
+
+    def advance(self, state, observations, env_state, update_stats):
+        """A step's normalized observations and wrapper state (see :func:`advance`)."""
+        return advance(self.normalizer, state, observations, env_state, check_flag(update_stats))
 
 
 def one_observation(observations: PyTree, batch_ndim: int) -> PyTree:

@@ -12,7 +12,7 @@ from rewardnorm_jax._src import observation_wrapper as ow
 PyTree = Any
 
 
-class NormalizeObservation(GymnaxWrapper):
+class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
     r"""Normalizes every observation by the running mean and variance of each feature.
 
     :func:`rewardnorm_jax.normalize_observation` around a gymnax environment
@@ -45,25 +45,6 @@ class NormalizeObservation(GymnaxWrapper):
       * v0.1.0 - Initially added.
     """
 
-    def __init__(
-        self,
-        env,
-        preset: str = "gymnasium",
-        *,
-        axis_name: Any = None,
-        per_env: bool = False,
-        **options,
-    ):
-        """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s.
-
-        A wrapper reset with one environment's key needs ``axis_name`` (one set
-        merged across a named ``jax.vmap``) or ``per_env=True`` (one set per
-        environment, or a single environment).
-        """
-        super().__init__(env)
-        self.normalizer = rn.normalize_observation(preset, axis_name=axis_name, **options)
-        self.per_env = per_env
-
     def reset(
         self,
         key: jax.Array,
@@ -86,16 +67,7 @@ class NormalizeObservation(GymnaxWrapper):
     @partial(jax.jit, static_argnames=("self",))
     def _reset(self, key, params, stats_from, update_stats):
         obs, env_state = self._env.reset(key, params)
-        return ow.start(
-            self.normalizer,
-            obs,
-            env_state,
-            key,
-            stats_from,
-            update_stats,
-            wrapper=type(self).__name__,
-            per_env=self.per_env,
-        )
+        return self.start(obs, env_state, key, stats_from, update_stats)
 
     def step(
         self,
@@ -115,5 +87,5 @@ class NormalizeObservation(GymnaxWrapper):
     @partial(jax.jit, static_argnames=("self",))
     def _step(self, key, state, action, params, update_stats):
         result = self._env.step(key, state.env_state, action, params)
-        obs, state = ow.advance(self.normalizer, state, result[0], result[1], update_stats)
+        obs, state = self.advance(state, result[0], result[1], update_stats)
         return (obs, state, *result[2:])

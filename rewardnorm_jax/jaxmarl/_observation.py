@@ -9,7 +9,7 @@ import rewardnorm_jax as rn
 from rewardnorm_jax._src import observation_wrapper as ow
 
 
-class NormalizeObservation(JaxMARLWrapper):
+class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):
     r"""Normalizes a JaxMARL ``MultiAgentEnv``'s observations, each agent by its own statistics.
 
     :func:`rewardnorm_jax.normalize_observation` (the formula and the presets)
@@ -37,20 +37,6 @@ class NormalizeObservation(JaxMARLWrapper):
       * Unreleased - Initially added.
     """
 
-    def __init__(
-        self,
-        env,
-        preset: str = "gymnasium",
-        *,
-        axis_name: Any = None,
-        per_env: bool = False,
-        **options,
-    ):
-        """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s."""
-        super().__init__(env)
-        self.normalizer = rn.normalize_observation(preset, axis_name=axis_name, **options)
-        self.per_env = per_env
-
     def reset(
         self,
         key: jax.Array,
@@ -59,16 +45,7 @@ class NormalizeObservation(JaxMARLWrapper):
     ) -> tuple[dict[str, Any], ow.ObservationWrapperState]:
         """Resets the environment; the statistics start fresh or from ``stats_from``."""
         obs, env_state = self._env.reset(key)
-        return ow.start(
-            self.normalizer,
-            obs,
-            env_state,
-            key,
-            stats_from,
-            ow.check_flag(update_stats),
-            wrapper=type(self).__name__,
-            per_env=self.per_env,
-        )
+        return self.start(obs, env_state, key, stats_from, update_stats)
 
     def step(
         self,
@@ -79,5 +56,5 @@ class NormalizeObservation(JaxMARLWrapper):
     ) -> tuple[Any, ...]:
         """Steps the environment and normalizes every agent's observation."""
         obs, env_state, rewards, dones, infos = self._env.step(key, state.env_state, actions)
-        obs, state = ow.advance(self.normalizer, state, obs, env_state, ow.check_flag(update_stats))
+        obs, state = self.advance(state, obs, env_state, update_stats)
         return obs, state, rewards, dones, infos

@@ -1,7 +1,6 @@
 """A Jumanji wrapper that normalizes ``timestep.observation`` by its running statistics."""
 
 import dataclasses
-from typing import Any
 
 import jax
 from jumanji.types import TimeStep
@@ -11,7 +10,7 @@ import rewardnorm_jax as rn
 from rewardnorm_jax._src import observation_wrapper as ow
 
 
-class NormalizeObservation(Wrapper):
+class NormalizeObservation(ow.ObservationWrapper, Wrapper):
     r"""Normalizes ``timestep.observation`` by the running mean and variance of each feature.
 
     :func:`rewardnorm_jax.normalize_observation` (the formula and the presets)
@@ -41,20 +40,6 @@ class NormalizeObservation(Wrapper):
       * Unreleased - Initially added.
     """
 
-    def __init__(
-        self,
-        env,
-        preset: str = "gymnasium",
-        *,
-        axis_name: Any = None,
-        per_env: bool = False,
-        **options,
-    ):
-        """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s."""
-        super().__init__(env)
-        self.normalizer = rn.normalize_observation(preset, axis_name=axis_name, **options)
-        self.per_env = per_env
-
     def reset(
         self,
         key: jax.Array,
@@ -63,16 +48,7 @@ class NormalizeObservation(Wrapper):
     ) -> tuple[ow.ObservationWrapperState, TimeStep]:
         """Resets the environment; the statistics start fresh or from ``stats_from``."""
         env_state, timestep = self._env.reset(key)
-        obs, state = ow.start(
-            self.normalizer,
-            timestep.observation,
-            env_state,
-            key,
-            stats_from,
-            ow.check_flag(update_stats),
-            wrapper=type(self).__name__,
-            per_env=self.per_env,
-        )
+        obs, state = self.start(timestep.observation, env_state, key, stats_from, update_stats)
         return state, dataclasses.replace(timestep, observation=obs)
 
     def step(
@@ -83,7 +59,5 @@ class NormalizeObservation(Wrapper):
     ) -> tuple[ow.ObservationWrapperState, TimeStep]:
         """Steps the environment and normalizes its observation."""
         env_state, timestep = self._env.step(state.env_state, action)
-        obs, state = ow.advance(
-            self.normalizer, state, timestep.observation, env_state, ow.check_flag(update_stats)
-        )
+        obs, state = self.advance(state, timestep.observation, env_state, update_stats)
         return state, dataclasses.replace(timestep, observation=obs)
