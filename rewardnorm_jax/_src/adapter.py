@@ -620,7 +620,7 @@ def check_same_layout(expected: PyTree, given: PyTree, name: str) -> None:
     if expected_def != given_def:  # type: ignore[operator, unused-ignore]
         raise ValueError(
             f"{name} has structure {given_def}, expected {expected_def} (the "
-            "structure of this wrapper's transform state)."
+            "structure of the state it replaces in this wrapper)."
         )
     for want, got in zip(jax.tree.leaves(expected), jax.tree.leaves(given), strict=True):
         if jnp.shape(want) != jnp.shape(got) or jnp.result_type(want) != jnp.result_type(got):

@@ -46,11 +46,39 @@ from rewardnorm_jax._src import base, checks
 from rewardnorm_jax._src.stats import running as rs
 
 
+def _preset(prior_count, epsilon, std_min, std_max, clip, normalize_first) -> dict[str, Any]:
+    """One preset's options, as :class:`ObservationConfig` names them."""
+    return {
+        "prior_count": prior_count,
+        "epsilon": epsilon,
+        "std_min": std_min,
+        "std_max": std_max,
+        "clip": clip,
+        "normalize_first": normalize_first,
+    }
+
+
+OBSERVATION_PRESETS: dict[str, dict[str, Any]] = {
+    # gymnasium.wrappers.NormalizeObservation and its vector version.
+    "gymnasium": _preset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
+    # purejaxrl's NormalizeVecObservation: the same arithmetic, kept per environment there.
+    "purejaxrl": _preset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
+    # stable_baselines3's VecNormalize(norm_obs=True): clip_obs=10, epsilon=1e-8.
+    "sb3": _preset(rs.PRIOR_COUNT, 1e-8, None, None, 10.0, False),
+    # brax.training.acme.running_statistics (Welford mode): no prior, std_eps 0, std clamped.
+    "brax": _preset(0.0, 0.0, 1e-6, 1e6, None, True),
+}
+"""The presets' options by name; each reproduces its library's numbers (float32 rounding aside)."""
+
+_FROM_PRESET: Any = object()  # an option left to the preset
+
+
 @dataclasses.dataclass(frozen=True)
-class ObservationPreset:
-    """The arithmetic of one observation normalizer (one row of the presets table).
+class ObservationConfig(base.Config):
+    """The options of :func:`normalize_observation`, checked and resolved from the preset.
 
     Attributes:
+      preset: the preset the options not given were taken from.
       prior_count: the weight of the prior (mean 0, variance 1); 0 for none.
       epsilon: added to the variance under the square root.
       std_min: lower bound of the standard deviation, or ``None``.
@@ -60,34 +88,9 @@ class ObservationPreset:
         before its update (Brax's PPO acts on a rollout with the statistics
         from before that rollout's update) rather than after (Gymnasium,
         Stable-Baselines3 and PureJaxRL update, then normalize).
+      dtype: the statistics dtype.
+      axis_name: mapped axes the statistics merge across (not checkpointed).
     """
-
-    prior_count: float
-    epsilon: float
-    std_min: float | None
-    std_max: float | None
-    clip: float | None
-    normalize_first: bool
-
-
-OBSERVATION_PRESETS: dict[str, ObservationPreset] = {
-    # gymnasium.wrappers.NormalizeObservation and its vector version.
-    "gymnasium": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
-    # purejaxrl's NormalizeVecObservation: the same arithmetic, kept per environment there.
-    "purejaxrl": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, None, False),
-    # stable_baselines3's VecNormalize(norm_obs=True): clip_obs=10, epsilon=1e-8.
-    "sb3": ObservationPreset(rs.PRIOR_COUNT, 1e-8, None, None, 10.0, False),
-    # brax.training.acme.running_statistics (Welford mode): no prior, std_eps 0, std clamped.
-    "brax": ObservationPreset(0.0, 0.0, 1e-6, 1e6, None, True),
-}
-"""The presets by name; each reproduces its library's numbers (float32 rounding aside)."""
-
-_FROM_PRESET: Any = object()  # an option left to the preset
-
-
-@dataclasses.dataclass(frozen=True)
-class ObservationConfig(base.Config):
-    """The options of :func:`normalize_observation`, checked and resolved from the preset."""
 
     name: ClassVar[str] = "normalize_observation"
     preset: str
@@ -215,16 +218,9 @@ def normalize_observation(
         "std_max": std_max,
         "clip": clip,
     }
-    options = {
-        name: getattr(chosen, name) if value is _FROM_PRESET else value
-        for name, value in given.items()
-    }
+    options = {**chosen, **{name: v for name, v in given.items() if v is not _FROM_PRESET}}
     config = ObservationConfig(
-        preset=preset,
-        normalize_first=chosen.normalize_first,
-        dtype=rs.check_dtype(dtype),
-        axis_name=axis_name,
-        **options,
+        preset=preset, dtype=rs.check_dtype(dtype), axis_name=axis_name, **options
     )
     return ObservationNormalizer(
         functools.partial(init, config),
@@ -333,10 +329,7 @@ def _selected(active, update_stats, batch_shape, feature_shape):
     flags = jnp.asarray(update_stats, bool)
     if active is not None:
         flags = flags & jnp.asarray(active, bool)
-    flags = jnp.broadcast_to(flags, batch_shape)
-    return jnp.broadcast_to(
-        flags.reshape(batch_shape + (1,) * len(feature_shape)), batch_shape + feature_shape
-    )
+    return checks.spread(jnp.broadcast_to(flags, batch_shape), batch_shape + feature_shape)
 
 
 def _check_active(active, batch_shape):

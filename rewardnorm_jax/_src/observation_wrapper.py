@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from rewardnorm_jax._src import checks
-from rewardnorm_jax._src.adapter import batch_shape_of_key
+from rewardnorm_jax._src.adapter import batch_shape_of_key, check_same_layout
 from rewardnorm_jax._src.observation import (
     ObservationNormalizer,
     ObservationNormState,
@@ -191,18 +191,7 @@ def set_observation_state(state: PyTree, obs_state: ObservationNormState) -> PyT
       ValueError: if the stack holds no observation wrapper, or the replacement
         differs in structure, shape or dtype.
     """
-    current = get_observation_state(state)
-    if jax.tree.structure(current) != jax.tree.structure(obs_state):  # type: ignore[operator, unused-ignore]
-        raise ValueError(
-            f"obs_state has structure {jax.tree.structure(obs_state)}, expected "
-            f"{jax.tree.structure(current)} (this wrapper's observation statistics)."
-        )
-    for want, got in zip(jax.tree.leaves(current), jax.tree.leaves(obs_state), strict=True):
-        if jnp.shape(want) != jnp.shape(got) or jnp.result_type(want) != jnp.result_type(got):
-            raise ValueError(
-                f"obs_state has a leaf of shape {jnp.shape(got)} and dtype "
-                f"{jnp.result_type(got)}, expected {jnp.shape(want)} and {jnp.result_type(want)}."
-            )
+    check_same_layout(get_observation_state(state), obs_state, "obs_state")
     return _replace(state, obs_state=obs_state)
 
 
