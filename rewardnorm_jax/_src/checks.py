@@ -595,6 +595,19 @@ def check_fits(name: str, value: float, dtype, *, may_vanish: bool = False) -> N
         )
 
 
+def check_non_negative(name: str, value, dtype, *, may_vanish: bool = False) -> float:
+    """A hyperparameter >= 0 as a float: finite, and (unless ``may_vanish``) not rounding to 0.
+
+    Raises:
+      ValueError: naming the parameter, its value and the valid range
+        (:func:`check_fits` for one that rounds to 0 or inf in ``dtype``).
+    """
+    if not (is_real(value) and 0.0 <= value < math.inf):
+        raise ValueError(f"{name} should be a finite number >= 0, got {name}={value!r}.")
+    check_fits(name, float(value), dtype, may_vanish=may_vanish)
+    return float(value)
+
+
 def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float:
     """A positive hyperparameter as a float, checked against the ``dtype`` it is used in.
 

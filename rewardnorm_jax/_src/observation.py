@@ -108,7 +108,8 @@ class ObservationConfig(base.Config):
         dtype = rs.check_dtype(self.dtype)
         object.__setattr__(self, "dtype", dtype)
         object.__setattr__(self, "prior_count", rs.check_prior_count(self.prior_count, dtype))
-        object.__setattr__(self, "epsilon", _check_non_negative("epsilon", self.epsilon, dtype))
+        epsilon = checks.check_non_negative("epsilon", self.epsilon, dtype, may_vanish=True)
+        object.__setattr__(self, "epsilon", epsilon)
         for name in ("std_min", "std_max", "clip"):
             value = getattr(self, name)
             if value is not None:
@@ -125,13 +126,6 @@ class ObservationConfig(base.Config):
             )
         checks.check_bool("normalize_first", self.normalize_first)
         object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
-
-
-def _check_non_negative(name: str, value, dtype) -> float:
-    if not (checks.is_real(value) and 0.0 <= value < math.inf):
-        raise ValueError(f"{name} should be a finite number >= 0, got {name}={value!r}.")
-    checks.check_fits(name, float(value), dtype, may_vanish=True)
-    return float(value)
 
 
 class ObservationNormState(struct.PyTreeNode):

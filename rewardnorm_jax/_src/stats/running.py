@@ -284,18 +284,8 @@ def check_step_size(step_size, dtype) -> float | None:
 
 
 def check_prior_count(prior_count, dtype) -> float:
-    """Validates the prior's weight: a finite number >= 0 that the dtype holds."""
-    if not (checks.is_real(prior_count) and 0.0 <= prior_count < math.inf):
-        raise ValueError(
-            "prior_count should be a finite number >= 0 (the weight of the prior of mean 0 "
-            f"and variance 1; 0 for none), got prior_count={prior_count!r}."
-        )
-    if prior_count > 0 and np.asarray(prior_count, dtype) == 0:
-        raise ValueError(
-            f"prior_count={prior_count!r} rounds to 0 in {np.dtype(dtype).name} (the "
-            "statistics dtype): use 0 for no prior, or a weight the dtype holds."
-        )
-    return float(prior_count)
+    """Validates the prior's weight: a finite number >= 0 (0 for none) that the dtype holds."""
+    return checks.check_non_negative("prior_count", prior_count, dtype)
 
 
 def init_stats(
