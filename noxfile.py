@@ -9,8 +9,8 @@
   extra), including the side by side comparison with Gymnasium 1.4's own wrappers.
 * ``wheel``: builds the wheel and the sdist, checks them with twine, installs
   the wheel into a clean environment and runs the README's examples from it.
-* ``docs``: builds the documentation site, warnings as errors, runs its examples, and checks
-  that every Markdown table rendered as a table.
+* ``docs``: builds the documentation site, warnings as errors, and checks that every
+  Markdown table rendered as a table (the pages' examples run in ``full``, each alone).
 
 Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
 """
@@ -65,6 +65,22 @@ def find_pyenv_pythons() -> None:
 find_pyenv_pythons()
 
 
+def compilation_cache(session: nox.Session) -> dict[str, str]:
+    """JAX's persistent compilation cache in an empty folder of the session, for its tests.
+
+    Tests and the interpreters they start (pages' examples, the demo, the
+    multi-device workers) compile many identical programs; each is compiled
+    once per run and loaded after. The folder starts empty on every run.
+    """
+    cache = pathlib.Path(session.create_tmp()).resolve() / "jax-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    return {
+        "JAX_COMPILATION_CACHE_DIR": str(cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
 @nox.session(python=OLDEST)
 def lint(session: nox.Session) -> None:
     """Formatting (ruff format --check), lint (ruff check), types (mypy; every extra installed)."""
@@ -78,7 +94,7 @@ def lint(session: nox.Session) -> None:
 def full(session: nox.Session) -> None:
     """Every extra, at the lowest supported JAX and Gymnasium; the whole suite."""
     session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
-    session.run(*PYTEST, *session.posargs)
+    session.run(*PYTEST, *session.posargs, env=compilation_cache(session))
 
 
 @nox.session(python=NEWEST)
@@ -86,7 +102,12 @@ def newest(session: nox.Session) -> None:
     """The newest JAX, Flax and Gymnasium, without gymnax; the whole suite."""
     session.install("-e", ".[gymnasium,dev]", "jax>=0.12", "gymnasium>=1.4")
     # The pages' examples run in `full`, which has every extra they import.
-    session.run(*PYTEST, "--ignore=tests/test_doc_examples.py", *session.posargs)
+    session.run(
+        *PYTEST,
+        "--ignore=tests/test_doc_examples.py",
+        *session.posargs,
+        env=compilation_cache(session),
+    )
 
 
 @nox.session(python=OLDEST)
@@ -112,17 +133,9 @@ def wheel(session: nox.Session) -> None:
 
 @nox.session(python=OLDEST)
 def docs(session: nox.Session) -> None:
-    """The documentation site, warnings as errors, and the examples on its pages."""
+    """The documentation site, warnings as errors, and its tables rendered as tables."""
     session.install("-e", ".[docs]")
-    for builder in ("html", "doctest"):
-        session.run(
-            "sphinx-build",
-            "-W",
-            "--keep-going",
-            "-q",
-            "-b",
-            builder,
-            "docs",
-            f"docs/_build/{builder}",
-        )
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html"
+    )
     session.run("python", "docs/check_tables.py", "docs/_build/html")

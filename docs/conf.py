@@ -1,7 +1,7 @@
 """Sphinx configuration of the rewardnorm_jax documentation.
 
 Build (warnings are errors): ``sphinx-build -W --keep-going -b html docs docs/_build/html``;
-run the pages' examples: ``sphinx-build -W --keep-going -b doctest docs docs/_build/doctest``;
+the pages' examples run each alone under ``pytest tests/test_doc_examples.py``;
 screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
 """
 
@@ -110,8 +110,9 @@ def setup(app):
     app.connect("env-check-consistency", check_api_complete)
 
 
-# The examples on the pages run in one namespace per page, under the doctest builder.
-doctest_test_doctest_blocks = ""  # docstrings' examples run under pytest --doctest-modules
+# sphinx.ext.doctest gives the pages' testcode, testoutput and doctest blocks; they run each
+# alone under tests/test_doc_examples.py, and the docstrings' examples under --doctest-modules.
+doctest_test_doctest_blocks = ""
 
 html_theme = "sphinx_book_theme"
 html_static_path = ["_static"]

@@ -50,7 +50,7 @@ def train(records: list, progress: list) -> None:
         wrap_env_fn=brax_recorder.recording_wrap_env_fn(transform, records, axis_name=AXIS),
         eval_env=rnb.RawRewardEvaluation(env),
         num_timesteps=1_600,
-        num_evals=2,
+        num_evals=1,
         episode_length=25,
         num_envs=NUM_ENVS,
         batch_size=8,

@@ -1,7 +1,7 @@
 """The code examples of the README and the documentation pages, and a run of some from a wheel.
 
-:func:`examples` lists every ```python and ```{testcode} block of
-``README.md`` and ``docs/**/*.md``; ``tests/test_doc_examples.py`` runs each
+:func:`examples` lists every ```python, ```{testcode} and ```{doctest} block
+of ``README.md`` and ``docs/**/*.md``; ``tests/test_doc_examples.py`` runs each
 alone in a fresh interpreter, as a user pastes it. A block whose first line is
 :data:`FRAGMENT` continues the block above it (its page says so), and one whose
 first line is :data:`LONG_RUNNING` trains longer than a smoke run: both are
@@ -15,6 +15,7 @@ missing from the wheel fails here. It also checks that an adapter whose
 framework is not installed (gymnax) names the extra to install.
 """
 
+import doctest
 import pathlib
 import re
 from typing import NamedTuple
@@ -26,11 +27,11 @@ FRAGMENT = "# fragment"
 """The first line of a block that continues the one above it on its page."""
 LONG_RUNNING = "# long-running"
 """The first line of a block that trains longer than a smoke run."""
-BLOCK = re.compile(r"^```(?:python|\{testcode\})\n(.*?)^```", re.MULTILINE | re.DOTALL)
+BLOCK = re.compile(r"^```(python|\{testcode\}|\{doctest\})\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
-OUTPUT = re.compile(r"\n*```\n(.*?)^```", re.MULTILINE | re.DOTALL)  # matched at a block's end
-"""A plain ``` block right after a ```python block: what that block prints."""
+OUTPUT = re.compile(r"\n*```(\{testoutput\})?\n(.*?)^```", re.MULTILINE | re.DOTALL)
+"""A plain ``` or ```{testoutput} block right after a code block: what that block prints."""
 
 
 class Example(NamedTuple):
@@ -39,7 +40,16 @@ class Example(NamedTuple):
     page: str
     line: int
     code: str
-    output: str | None = None  # the plain block after it, where the page shows one
+    output: str | None = None  # the plain or testoutput block after it, where the page shows one
+    fence: str = "python"  # "python", "{testcode}" (code) or "{doctest}" (>>> prompts)
+    output_fence: str = ""  # "" (printed exactly) or "{testoutput}" (doctest's ELLIPSIS applies)
+
+    @property
+    def source(self) -> str:
+        """The Python code, without a doctest block's prompts and outputs."""
+        if self.fence != "{doctest}":
+            return self.code
+        return "".join(part.source for part in doctest.DocTestParser().get_examples(self.code))
 
     @property
     def kind(self) -> str:
@@ -53,7 +63,7 @@ class Example(NamedTuple):
 
 
 def examples() -> list[Example]:
-    """Every ```python and ```{testcode} block of the README and the documentation pages."""
+    """Every code block (```python, ```{testcode}, ```{doctest}) of the README and the pages."""
     pages = [README, *sorted((ROOT / "docs").rglob("*.md"))]
     found = []
     for page in pages:
@@ -63,8 +73,11 @@ def examples() -> list[Example]:
         for match in BLOCK.finditer(text):
             line = text.count("\n", 0, match.start()) + 1
             shown = OUTPUT.match(text, match.end())
-            output = shown.group(1) if shown else None
-            found.append(Example(str(page.relative_to(ROOT)), line, match.group(1), output))
+            output, output_fence = (shown.group(2), shown.group(1) or "") if shown else (None, "")
+            page_name = str(page.relative_to(ROOT))
+            found.append(
+                Example(page_name, line, match.group(2), output, match.group(1), output_fence)
+            )
     return found
 
 

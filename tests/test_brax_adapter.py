@@ -211,7 +211,7 @@ def test_brax_sac_trains_on_normalized_rewards_and_evaluates_raw_returns():
         wrap_env_fn=brax_recorder.recording_wrap_env_fn(transform, records),
         eval_env=rnb.RawRewardEvaluation(env),
         num_timesteps=640,
-        num_evals=2,
+        num_evals=1,
         episode_length=EPISODE_LENGTH,
         num_envs=8,
         batch_size=32,

@@ -1,13 +1,16 @@
 """Every code example of the README and the documentation pages, run alone as a user pastes it.
 
 Each block runs in a fresh interpreter, from an empty directory, with nothing
-defined beforehand; where the page shows the block's output in a plain block
-right after it, the printed output must equal it. Blocks marked ``# fragment``
+defined beforehand (a ```{doctest} block through ``python -m doctest``); where
+the page shows the block's output in a plain block right after it, the printed
+output must equal it, and in a ```{testoutput} block match it as Sphinx's
+doctest would (``...`` stands for any text). Blocks marked ``# fragment``
 (continuing the block above) and ``# long-running`` (training longer than a
 smoke run) are skipped, saying so; a block that imports a framework this
 environment lacks is skipped, naming the extra.
 """
 
+import doctest
 import os
 import subprocess
 import sys
@@ -27,16 +30,41 @@ def test_the_pages_have_examples_and_most_run_alone():
     assert kinds.count("runnable") >= 0.8 * len(EXAMPLES), kinds
 
 
+def expected_output(block: str) -> tuple[str, int]:
+    """A ```{testoutput} block's text and doctest flags (Sphinx's, with its ``:options:``)."""
+    flags = doctest.ELLIPSIS | doctest.DONT_ACCEPT_TRUE_FOR_1 | doctest.IGNORE_EXCEPTION_DETAIL
+    lines = block.splitlines(keepends=True)
+    while lines and lines[0].startswith(":options:"):
+        for option in lines.pop(0).split(":", 2)[2].split():
+            flag = doctest.OPTIONFLAGS_BY_NAME[option[1:]]
+            flags = flags | flag if option[0] == "+" else flags & ~flag
+    return "".join(lines), flags
+
+
+def test_a_testoutput_block_takes_its_options_and_refuses_other_output():
+    want, flags = expected_output(":options: +NORMALIZE_WHITESPACE -ELLIPSIS\nshift 25.80 ...\n")
+    checker = doctest.OutputChecker()
+    assert want == "shift 25.80 ...\n"
+    assert checker.check_output(want, "shift   25.80 ...\n", flags)  # whitespace normalized
+    assert not checker.check_output(want, "shift 25.80 scale\n", flags)  # no ellipsis
+    want, flags = expected_output("1.6460\n")
+    assert not checker.check_output(want, "1.6461\n", flags)
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.page}:{e.line}" for e in EXAMPLES])
 def test_example_runs_alone(example, tmp_path):
     if example.kind != "runnable":
         pytest.skip(f"a {example.kind} block")
-    reason = missing_reason(imported_modules(example.code))
+    reason = missing_reason(imported_modules(example.source))
     if reason:
         pytest.skip(reason)
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    command = [sys.executable, "-c", example.code]
+    if example.fence == "{doctest}":
+        (tmp_path / "example.txt").write_text(example.code)
+        command = [sys.executable, "-m", "doctest", "-o", "ELLIPSIS", "example.txt"]
     result = subprocess.run(
-        [sys.executable, "-c", example.code],
+        command,
         cwd=tmp_path,
         env={**env, "JAX_PLATFORMS": "cpu"},
         capture_output=True,
@@ -44,6 +72,14 @@ def test_example_runs_alone(example, tmp_path):
         timeout=TIMEOUT_S,
         check=False,
     )
-    assert result.returncode == 0, f"{example.page}:{example.line}\n{result.stderr[-3000:]}"
-    if example.output is not None:  # the output the page shows under the block
+    failure = (result.stdout + result.stderr)[-3000:]
+    assert result.returncode == 0, f"{example.page}:{example.line}\n{failure}"
+    if example.output is None:
+        return
+    if example.output_fence == "{testoutput}":
+        want, flags = expected_output(example.output)
+        assert doctest.OutputChecker().check_output(want, result.stdout, flags), (
+            f"{example.page}:{example.line}\n{result.stdout}"
+        )
+    else:  # the output the page shows under the block
         assert result.stdout == example.output, f"{example.page}:{example.line}"

@@ -34,7 +34,7 @@ def test_brax_ppo_trains_cartpole_balance_on_normalized_rewards_and_evaluates_ra
         ),
         eval_env=rnb.RawRewardEvaluation(env),
         num_timesteps=1_600,
-        num_evals=2,
+        num_evals=1,
         episode_length=EPISODE_LENGTH,
         num_envs=8,
         batch_size=8,
