@@ -72,12 +72,12 @@ def compilation_cache(session: nox.Session) -> dict[str, str]:
     multi-device workers) compile many identical programs; each is compiled
     once per run and loaded after. The folder starts empty on every run.
     """
-    cache = pathlib.Path(session.create_tmp()).resolve() / "jax-cache"
+    cache = pathlib.Path(session.virtualenv.location).resolve() / "jax-cache"
     shutil.rmtree(cache, ignore_errors=True)
     return {
         "JAX_COMPILATION_CACHE_DIR": str(cache),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",  # no minimum size
     }
 
 

@@ -35,7 +35,9 @@ def expected_output(block: str) -> tuple[str, int]:
     flags = doctest.ELLIPSIS | doctest.DONT_ACCEPT_TRUE_FOR_1 | doctest.IGNORE_EXCEPTION_DETAIL
     lines = block.splitlines(keepends=True)
     while lines and lines[0].startswith(":options:"):
-        for option in lines.pop(0).split(":", 2)[2].split():
+        for option in lines.pop(0).split(":", 2)[2].replace(",", " ").split():
+            if option[:1] not in "+-" or option[1:] not in doctest.OPTIONFLAGS_BY_NAME:
+                raise ValueError(f"testoutput option {option!r}: expected +NAME or -NAME")
             flag = doctest.OPTIONFLAGS_BY_NAME[option[1:]]
             flags = flags | flag if option[0] == "+" else flags & ~flag
     return "".join(lines), flags
@@ -49,6 +51,8 @@ def test_a_testoutput_block_takes_its_options_and_refuses_other_output():
     assert not checker.check_output(want, "shift 25.80 scale\n", flags)  # no ellipsis
     want, flags = expected_output("1.6460\n")
     assert not checker.check_output(want, "1.6461\n", flags)
+    with pytest.raises(ValueError, match="'ELLIPSIS'"):
+        expected_output(":options: ELLIPSIS\n1\n")
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.page}:{e.line}" for e in EXAMPLES])
@@ -62,7 +66,9 @@ def test_example_runs_alone(example, tmp_path):
     command = [sys.executable, "-c", example.code]
     if example.fence == "{doctest}":
         (tmp_path / "example.txt").write_text(example.code)
-        command = [sys.executable, "-m", "doctest", "-o", "ELLIPSIS", "example.txt"]
+        # Sphinx's flags, but an exception's message is compared too.
+        options = ["-o", "ELLIPSIS", "-o", "DONT_ACCEPT_TRUE_FOR_1"]
+        command = [sys.executable, "-m", "doctest", *options, "example.txt"]
     result = subprocess.run(
         command,
         cwd=tmp_path,
