@@ -1,9 +1,9 @@
-"""Normalizing a stream of (N, 17) observations: ours vs PureJaxRL's and Brax's normalizers.
+"""Normalizing a stream of (N, D) observations: ours vs PureJaxRL's and Brax's normalizers.
 
 Every variant is a jitted ``lax.scan`` over ``T`` steps of ``N`` environments
-with 17-dimensional float32 observations (a Brax ant-like size; features of
-different scales and offsets) that writes one normalized observation per
-input, so they differ only in the normalizer:
+with ``D``-dimensional float32 observations (by default 17, a Brax ant-like
+size; features of different scales and offsets) that writes one normalized
+observation per input, so they differ only in the normalizer:
 
 * ``ours``: ``rewardnorm_jax.normalize_observation("purejaxrl").step`` (update,
   then normalize; exact count, compensated mean, non-finite entries left out);
@@ -24,10 +24,12 @@ Usage::
 
     python -m benchmarks.observation                 # N = 64, 1024, 4096, 65536
     python -m benchmarks.observation --sizes 4096 --markdown
+    python -m benchmarks.observation --sizes 64 1024 --dims 4 11 17 64 244
 """
 
 import argparse
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +46,12 @@ except ImportError:  # the brax extra is optional here
     running_statistics = None
 
 
-def make_stream(steps: int, num_envs: int, seed: int = 0) -> np.ndarray:
-    """Float32 observations ``(steps, num_envs, 17)``: scales 1e-2..1e2, offsets -5..5."""
+def make_stream(steps: int, num_envs: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    """Float32 observations ``(steps, num_envs, dim)``: scales 1e-2..1e2, offsets -5..5."""
     rng = np.random.default_rng(seed)
-    scale = np.logspace(-2, 2, DIM)
-    offset = np.linspace(-5, 5, DIM)
-    return (rng.standard_normal((steps, num_envs, DIM)) * scale + offset).astype(np.float32)
+    scale = np.logspace(-2, 2, dim)
+    offset = np.linspace(-5, 5, dim)
+    return (rng.standard_normal((steps, num_envs, dim)) * scale + offset).astype(np.float32)
 
 
 def scan_ours(preset: str):
@@ -60,7 +62,7 @@ def scan_ours(preset: str):
             out, state = norm.step(state, obs)
             return state, out
 
-        return jax.lax.scan(body, norm.init(jnp.zeros(DIM)), stream)[1]
+        return jax.lax.scan(body, norm.init(jnp.zeros(stream.shape[2:])), stream)[1]
 
     return jax.jit(run)
 
@@ -96,11 +98,12 @@ def scan_brax(stream):
         out = running_statistics.normalize(obs, state)
         return running_statistics.update(state, obs), out
 
-    return jax.lax.scan(body, running_statistics.init_state(jnp.zeros(DIM)), stream)[1]
+    start = running_statistics.init_state(jnp.zeros(stream.shape[2:], stream.dtype))
+    return jax.lax.scan(body, start, stream)[1]
 
 
-def measure(num_envs: int, steps: int, repeats: int) -> dict:
-    stream = jnp.asarray(make_stream(steps, num_envs))
+def measure(num_envs: int, steps: int, repeats: int, dim: int = DIM) -> dict:
+    stream = jnp.asarray(make_stream(steps, num_envs, dim))
     variants = {"ours": scan_ours("purejaxrl"), "ours brax": scan_ours("brax")}
     variants["purejaxrl"] = scan_purejaxrl
     if running_statistics is not None:
@@ -137,16 +140,24 @@ def main(argv=None):
         default=[64, 1024, 4096, 65536],
         help="numbers of environments N (default: 64 1024 4096 65536)",
     )
+    parser.add_argument(
+        "--dims",
+        type=int,
+        nargs="+",
+        default=[DIM],
+        help=f"features per observation D (default: {DIM})",
+    )
     parser.add_argument("--steps", type=int, default=200, help="stream length T (default 200)")
     add_common_args(parser)
     args = parser.parse_args(argv)
     rows = []
-    for num_envs in args.sizes:
-        found = measure(num_envs, args.steps, args.repeats)
+    for dim, num_envs in itertools.product(args.dims, args.sizes):
+        found = measure(num_envs, args.steps, args.repeats, dim)
         us, kernels, errors = found["us"], found["kernels"], found["errors"]
         brax = us.get("brax", float("nan"))
         rows.append(
             [
+                dim,
                 num_envs,
                 us["ours"],
                 us["purejaxrl"],
@@ -161,6 +172,7 @@ def main(argv=None):
             ]
         )
     headers = [
+        "D",
         "N",
         "ours us/step",
         "purejaxrl us/step",
@@ -174,7 +186,7 @@ def main(argv=None):
         "error ours brax / brax",
     ]
     print_results(
-        f"Observation normalization, {args.steps} steps of (N, {DIM}) float32 observations",
+        f"Observation normalization, {args.steps} steps of (N, D) float32 observations",
         headers,
         rows,
         args.markdown,

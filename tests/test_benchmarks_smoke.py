@@ -200,15 +200,16 @@ def test_purejaxrl_wrapper(capsys):
 
 
 def test_observation(capsys):
-    argv = ["--sizes", "8", "--steps", "20", "--repeats", "2", "--markdown"]
-    (row,) = table_rows(run_main("observation", argv, capsys))
-    assert row[0] == "8"
-    assert_positive_numbers(row[1:5])
-    ours_error, purejaxrl_error = (float(cell) for cell in row[9].split(" / "))
-    assert ours_error < 1e-4  # ours within float32 rounding of PureJaxRL's float64 arithmetic
-    assert purejaxrl_error < 1e-2
-    ours_brax_error = float(row[10].split(" / ")[0])
-    if importlib.util.find_spec("brax") is None:  # no Brax: no reference to measure against
-        assert math.isnan(ours_brax_error)
-    else:
-        assert ours_brax_error < 1e-4
+    argv = ["--sizes", "8", "--dims", "3", "40", "--steps", "20", "--repeats", "2", "--markdown"]
+    rows = table_rows(run_main("observation", argv, capsys))
+    assert [row[:2] for row in rows] == [["3", "8"], ["40", "8"]]  # 40: the wide sums
+    for row in rows:
+        assert_positive_numbers(row[2:6])
+        ours_error, purejaxrl_error = (float(cell) for cell in row[10].split(" / "))
+        assert ours_error < 1e-4  # ours within float32 rounding of PureJaxRL's float64 arithmetic
+        assert purejaxrl_error < 1e-2
+        ours_brax_error = float(row[11].split(" / ")[0])
+        if importlib.util.find_spec("brax") is None:  # no Brax: no reference to measure against
+            assert math.isnan(ours_brax_error)
+        else:
+            assert ours_brax_error < 1e-4

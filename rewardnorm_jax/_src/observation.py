@@ -283,23 +283,25 @@ def _pairs(config: ObservationConfig, state: ObservationNormState, observations,
     return list(zip(obs_leaves, stats_leaves, strict=True)), obs_def, batch_shape
 
 
-_FILL_ROWS = 8  # the batch's leading entries a fresh feature's fill is taken from
+_HEAD_ROWS = 8  # the batch's leading entries a fresh feature's shift is taken from
 
 
 def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     """One leaf merged: non-finite entries (and unselected ones) left out.
 
-    The sums weight the entries, so an entry left out must be finite, and the
-    batch's first entry is the shift of the sums: one of the data, so the sums
-    stay well conditioned however far the data are from 0. Every entry left
-    out is filled with the running mean, near the data once samples have been
-    merged; a feature without samples (its mean the prior's 0, or none) takes
-    the first selected value among the batch's first ``_FILL_ROWS`` entries
-    instead (a small gather), where a search of the whole batch would cost a
-    serial reduction on every step. Only a fresh feature with none of them
-    selected is shifted by its mean, and loses precision in that first merge
-    if its data are far from 0. The statistics are not differentiated: they
-    are constants of the normalization.
+    The sums are shifted by an entry of the batch, so that they stay well
+    conditioned however far the data are from 0: the first entry if it is
+    selected; else, for a feature without samples, the first selected one
+    among the batch's first ``_HEAD_ROWS`` entries (a search of the whole
+    batch would cost a serial reduction on every step); else the running
+    mean, near the data once samples have been merged. Only a fresh feature
+    with none of those entries selected is shifted by its mean, and loses
+    precision in that first merge if its data are far from 0. The shift is
+    found by one small reduction over those candidates, so that XLA computes
+    it once rather than again for every entry of the batch. The entries left
+    out are filled with it: the sums may weight entries, so they must be
+    finite. The statistics are not differentiated: they are constants of the
+    normalization.
     """
     values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
     finite = jnp.isfinite(values)
@@ -307,13 +309,23 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     entries = math.prod(values.shape[: values.ndim - stats.mean.ndim])
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
-    head, head_mask = flat[:_FILL_ROWS], flat_mask[:_FILL_ROWS]
-    row = jnp.argmax(head_mask, axis=0)[None]  # the first selected of the head (0 if none)
-    first = jnp.take_along_axis(head, row, axis=0)[0]
-    found = jnp.take_along_axis(head_mask, row, axis=0)[0]
-    fill = jnp.where(found & (stats.sample_count == 0), first, stats.mean)
-    values = jnp.where(mask, values, fill)
-    return rs.merge_checked(stats, values, mask, axis_name=config.axis_name, unselected_alike=True)
+    rows = min(_HEAD_ROWS, entries)
+    first_row = (jnp.arange(rows) == 0).reshape(rows, *(1,) * stats.mean.ndim)
+    eligible = flat_mask[:rows] & (first_row | (stats.sample_count == 0))
+    candidates, chosen = flat[:rows], eligible
+    if config.axis_name is None:  # the running mean last: always chosen if nothing else is
+        candidates = jnp.concatenate([candidates, stats.mean[None]])
+        chosen = jnp.concatenate([chosen, jnp.ones((1, *stats.mean.shape), bool)])
+    found, first = rs.first_selected(candidates, chosen, 1)
+    shift = (
+        first
+        if config.axis_name is None
+        else rs.agreed_shift(stats, found, first, config.axis_name)
+    )
+    values = jnp.where(mask, values, shift)
+    return rs.merge_checked(
+        stats, values, mask, axis_name=config.axis_name, unselected_alike=True, shift=shift
+    )
 
 
 def _selected(active, update_stats, batch_shape, feature_shape):

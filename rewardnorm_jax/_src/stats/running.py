@@ -508,8 +508,7 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
     an environment that ended its episode and waits), and the first entry
     before; a non-finite one falls back to the running mean. Otherwise (they may be NaN)
     the first selected entry is searched for (:func:`first_selected`). Under
-    ``axis_name`` every participant takes the largest participant's shift, so
-    that their shifted sums add up.
+    ``axis_name`` the participants agree on one (:func:`agreed_shift`).
     """
     if math.prod(batch.shape[:num_batch_axes]) == 0:
         return stats.mean
@@ -520,6 +519,15 @@ def _shift(stats, batch, mask, num_batch_axes: int, axis_name, unselected_alike:
             found = found & (mask[(0,) * num_batch_axes] | (stats.sample_count == 0))
     else:
         found, first = first_selected(batch, mask, num_batch_axes)
+    return agreed_shift(stats, found, first, axis_name)
+
+
+def agreed_shift(stats: RunningStats, found, first, axis_name):
+    """``first`` where ``found``, else the running mean; the same on every participant.
+
+    Under ``axis_name`` every participant takes the largest participant's
+    ``first``, so that their shifted sums add up.
+    """
     if axis_name is not None:
         first = jax.lax.pmax(jnp.where(found, first, -jnp.inf), axis_name)
         found = first > -jnp.inf
@@ -581,7 +589,9 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
     )
 
 
-def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False):
+def merge_checked(
+    stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False, shift=None
+):
     """:func:`merge_stats` of arrays already checked, with the option it leaves out.
 
     Args:
@@ -594,6 +604,9 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
         return is still a return), so that any entry may serve as the shift
         (:func:`_shift`) and the sums may weight entries instead of selecting
         them (:func:`~rewardnorm_jax._src.stats.summation.merge_sums`).
+      shift: the value per statistic subtracted from the batch before summing
+        (near its data, the same on every participant), or ``None`` for
+        :func:`_shift`'s.
 
     Returns:
       The merged statistics.
@@ -601,7 +614,8 @@ def merge_checked(stats: RunningStats, batch, mask, *, axis_name=None, unselecte
     num_batch_axes = batch.ndim - stats.mean.ndim
     entries = _entries(batch, num_batch_axes, axis_name)  # before the first collective
     check_share(stats, entries)
-    shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
+    if shift is None:
+        shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
     count_increment = None
     if not _float_count_is_exact(batch, num_batch_axes, axis_name):
         if mask is None:
