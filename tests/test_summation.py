@@ -20,8 +20,10 @@ SHAPES = [
     ((4097,), 0),
     ((20000,), 0),
     ((8, 16), 0),  # two batch axes
-    ((256, 3), 1),  # one statistic per column: a variadic reduction
-    ((256, 31), 1),  # the most statistics summed by a variadic reduction
+    ((256, 3), 1),  # one statistic per column
+    ((256, 8), 1),  # narrow: one sum per term
+    ((256, 9), 1),  # the fewest statistics summed by a variadic reduction
+    ((256, 31), 1),  # the most
     ((256, 32), 1),  # wide: one sum per term
     ((4, 5, 6), 2),
     # the plain sums' rows of several statistics: k = 128 // s entries side by side

@@ -27,10 +27,10 @@ are the same up to float rounding.
     unselected entries are finite may be weighted (a weight of 0 times NaN
     is NaN); the mask stays out of the stacked rows, since a concatenation
     that slices a scan's inputs itself compiles to slow code;
-  - a batch of ``_WIDE_STATISTICS`` statistics or more (observations of
-    many features) is summed by one ``jnp.sum`` per term, which XLA:CPU
-    vectorizes across the statistics, where it runs a variadic reduction as
-    a scalar loop;
+  - a batch of 2 to ``_NARROW_UP_TO`` statistics, or of ``_WIDE_STATISTICS``
+    or more (observations of few or many features), is summed by one
+    ``jnp.sum`` per term, which XLA:CPU vectorizes, where it runs a variadic
+    reduction as a scalar loop;
   - any other batch is summed by variadic reductions over blocks of
     ``_BLOCK`` entries, a single pass that reads each entry once (three
     ``jnp.sum`` would make three passes), then the blocks' sums added.
@@ -58,8 +58,10 @@ configuration against the naive step in one interleaved run (the tables in
   ``"brax"`` preset against Brax's, ``python -m benchmarks.observation
   --dims``): one sum per term ran 1.05-1.5x Brax's time at N = 64 and
   1.08-1.14x at N = 1024 for 32, 64 and 244 features, the variadic
-  reduction 1.09-2.8x and 1.31-1.36x; at 17 features the variadic reduction
-  was the faster (0.97 against 1.23x at N = 64, 0.85 against 1.08x at 1024).
+  reduction 1.09-2.8x and 1.31-1.36x; for 2, 4 and 8 features 1.08-1.24x
+  at N = 64 and 1.13-1.29x at N = 1024 and 4096, against 1.14-1.39x and
+  1.77-2.69x; at 11 to 17 features the variadic reduction was the faster
+  (at 17: 0.97 against 1.23x at N = 64, 0.85 against 1.08x at N = 1024).
 
 The partial sums of the products are added inside the merge's loop: added
 outside, XLA rewrites a sum of products into one product of concatenated
@@ -83,6 +85,7 @@ import jax.numpy as jnp
 
 _PRODUCTS_UP_TO = 4096
 _WIDE_STATISTICS = 32
+_NARROW_UP_TO = 8
 _HALVES_FROM = 1536
 _PRODUCT_BYTES = 16 * 1024
 _ONE_KERNEL_STATISTICS = 16
@@ -209,7 +212,7 @@ def cpu_sums(deviation, mask, num_batch_axes: int, weighted: bool):
         terms = (deviation, deviation * deviation, mask.astype(deviation.dtype))
     stats_shape = deviation.shape[num_batch_axes:]
     rows = tuple(term.reshape(entries, *stats_shape) for term in terms)
-    if math.prod(stats_shape) >= _WIDE_STATISTICS:
+    if not _NARROW_UP_TO < math.prod(stats_shape) < _WIDE_STATISTICS:
         return (jnp.stack([jnp.sum(row, axis=0) for row in rows]),)
     return _reduce_in_blocks(rows)
 
