@@ -329,6 +329,17 @@ def test_inactive_first_entry_far_from_the_data_and_gradients():
     assert np.isfinite(stepped).all()
 
 
+@pytest.mark.parametrize("preset", ["brax", "gymnasium"])
+def test_an_empty_batch_leaves_the_statistics_unchanged(preset):
+    norm = rn.normalize_observation(preset)
+    fresh = norm.init(jnp.zeros(3))
+    learned = norm.update(fresh, jnp.arange(12.0).reshape(4, 3))
+    for state in (fresh, learned):
+        same = jax.jit(norm.update)(state, jnp.zeros((0, 3)))
+        for kept, found in zip(jax.tree.leaves(state), jax.tree.leaves(same), strict=True):
+            np.testing.assert_array_equal(found, kept)
+
+
 def test_a_state_of_another_prior_is_refused():
     brax_state = rn.normalize_observation("brax").init(jnp.zeros(2))
     with pytest.raises(ValueError, match=r"prior_count=0\.0, but this normalizer"):

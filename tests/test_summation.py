@@ -24,6 +24,8 @@ SHAPES = [
     ((256, 8), 1),  # narrow: one sum per term
     ((256, 9), 1),  # the fewest statistics summed by a variadic reduction
     ((256, 31), 1),  # the most
+    ((2500, 9), 1),  # blocks and a rest
+    ((1024, 17), 1),  # one block
     ((256, 32), 1),  # wide: one sum per term
     ((4, 5, 6), 2),
     # the plain sums' rows of several statistics: k = 128 // s entries side by side

@@ -297,11 +297,11 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     mean, near the data once samples have been merged. Only a fresh feature
     with none of those entries selected is shifted by its mean, and loses
     precision in that first merge if its data are far from 0. The shift is
-    found by one small reduction over those candidates, so that XLA computes
-    it once rather than again for every entry of the batch. The entries left
-    out are filled with it: the sums may weight entries, so they must be
-    finite. The statistics are not differentiated: they are constants of the
-    normalization.
+    found by one small reduction over those candidates (:func:`_first_chosen`),
+    so that XLA computes it once rather than again for every entry of the
+    batch. The entries left out are filled with it: the sums may weight
+    entries, so they must be finite. The statistics are not differentiated:
+    they are constants of the normalization.
     """
     values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
     finite = jnp.isfinite(values)
@@ -310,22 +310,44 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
     rows = min(_HEAD_ROWS, entries)
+    fresh = stats.sample_count == 0
     first_row = (jnp.arange(rows) == 0).reshape(rows, *(1,) * stats.mean.ndim)
-    eligible = flat_mask[:rows] & (first_row | (stats.sample_count == 0))
-    candidates, chosen = flat[:rows], eligible
-    if config.axis_name is None:  # the running mean last: always chosen if nothing else is
-        candidates = jnp.concatenate([candidates, stats.mean[None]])
-        chosen = jnp.concatenate([chosen, jnp.ones((1, *stats.mean.shape), bool)])
-    found, first = rs.first_selected(candidates, chosen, 1)
-    shift = (
-        first
-        if config.axis_name is None
-        else rs.agreed_shift(stats, found, first, config.axis_name)
+    # The running mean last: chosen when nothing before it is. Under axis_name only a
+    # fresh feature offers it, so that a participant with data wins the agreement.
+    mean_offered = True if config.axis_name is None else fresh & jnp.isfinite(stats.mean)
+    candidates = jnp.concatenate([flat[:rows], stats.mean[None]])
+    chosen = jnp.concatenate(
+        [flat_mask[:rows] & (first_row | fresh), jnp.broadcast_to(mean_offered, (1, *fresh.shape))]
     )
+    found, shift = _first_chosen(candidates, chosen)
+    if config.axis_name is not None:
+        shift = rs.agreed_shift(stats, found, shift, config.axis_name)
     values = jnp.where(mask, values, shift)
     return rs.merge_checked(
         stats, values, mask, axis_name=config.axis_name, unselected_alike=True, shift=shift
     )
+
+
+def _first_chosen(candidates, chosen):
+    """``(found, value)``: the first chosen candidate along axis 0, by one reduction.
+
+    The reduction keeps the smaller row index, so the result does not depend
+    on the order in which XLA combines the rows; its output is computed once,
+    never again inside the loops that read it.
+    """
+    rows = candidates.shape[0]
+    index = jax.lax.broadcasted_iota(jnp.int32, candidates.shape, 0)
+    key = jnp.where(chosen, index, rows)  # rows: none chosen
+    value = jnp.where(chosen, candidates, jnp.zeros((), candidates.dtype))
+    key, value = jax.lax.reduce(
+        (key, value), (jnp.int32(rows), jnp.zeros((), candidates.dtype)), _earlier, (0,)
+    )
+    return key < rows, value
+
+
+def _earlier(a, b):
+    take_a = a[0] <= b[0]
+    return jnp.where(take_a, a[0], b[0]), jnp.where(take_a, a[1], b[1])
 
 
 def _selected(active, update_stats, batch_shape, feature_shape):

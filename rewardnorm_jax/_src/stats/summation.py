@@ -59,9 +59,11 @@ configuration against the naive step in one interleaved run (the tables in
   --dims``): one sum per term ran 1.05-1.5x Brax's time at N = 64 and
   1.08-1.14x at N = 1024 for 32, 64 and 244 features, the variadic
   reduction 1.09-2.8x and 1.31-1.36x; for 2, 4 and 8 features 1.08-1.24x
-  at N = 64 and 1.13-1.29x at N = 1024 and 4096, against 1.14-1.39x and
-  1.77-2.69x; at 11 to 17 features the variadic reduction was the faster
-  (at 17: 0.97 against 1.23x at N = 64, 0.85 against 1.08x at N = 1024).
+  at N = 64 and 1.13-1.29x at N = 1024 and 4096 (one run), against
+  1.14-1.39x and 1.77-2.69x; at 11 and 17 features (the sizes measured
+  between) the variadic reduction was the faster (at 17: 0.97 against 1.23x
+  at N = 64, 0.85 against 1.08x at N = 1024). One statistic keeps the
+  variadic reduction: three sums ran 1.0-1.3x the naive step from 65536.
 
 The partial sums of the products are added inside the merge's loop: added
 outside, XLA rewrites a sum of products into one product of concatenated
@@ -212,7 +214,8 @@ def cpu_sums(deviation, mask, num_batch_axes: int, weighted: bool):
         terms = (deviation, deviation * deviation, mask.astype(deviation.dtype))
     stats_shape = deviation.shape[num_batch_axes:]
     rows = tuple(term.reshape(entries, *stats_shape) for term in terms)
-    if not _NARROW_UP_TO < math.prod(stats_shape) < _WIDE_STATISTICS:
+    statistics = math.prod(stats_shape)
+    if 1 < statistics <= _NARROW_UP_TO or statistics >= _WIDE_STATISTICS:
         return (jnp.stack([jnp.sum(row, axis=0) for row in rows]),)
     return _reduce_in_blocks(rows)
 
