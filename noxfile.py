@@ -104,7 +104,7 @@ def newest(session: nox.Session) -> None:
     # The pages' examples run in `full`, which has every extra they import.
     session.run(
         *PYTEST,
-        "--ignore=tests/test_doc_examples.py",
+        "--ignore=tests/pages/test_doc_examples.py",
         *session.posargs,
         env=compilation_cache(session),
     )

@@ -1,7 +1,7 @@
 """Sphinx configuration of the rewardnorm_jax documentation.
 
 Build (warnings are errors): ``sphinx-build -W --keep-going -b html docs docs/_build/html``;
-the pages' examples run each alone under ``pytest tests/test_doc_examples.py``;
+the pages' examples run each alone under ``pytest tests/pages/test_doc_examples.py``;
 screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
 """
 
@@ -111,7 +111,7 @@ def setup(app):
 
 
 # sphinx.ext.doctest gives the pages' testcode, testoutput and doctest blocks; they run each
-# alone under tests/test_doc_examples.py, and the docstrings' examples under --doctest-modules.
+# alone under tests/pages/test_doc_examples.py, the docstrings' examples under --doctest-modules.
 doctest_test_doctest_blocks = ""
 
 html_theme = "sphinx_book_theme"

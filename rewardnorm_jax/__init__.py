@@ -14,35 +14,42 @@ Adapters, each an extra that alone imports its framework:
 ``rewardnorm_jax.jaxmarl`` and ``rewardnorm_jax.tunix``.
 """
 
-from rewardnorm_jax._src.base import EmptyState, RewardTransform
-from rewardnorm_jax._src.center import CenterRewardState, center_reward
-from rewardnorm_jax._src.checkpoint import load_state, save_state
-from rewardnorm_jax._src.finite_reward import CheckFiniteRewardState, check_finite_reward
-from rewardnorm_jax._src.group.advantages import (
+from rewardnorm_jax._src.core.base import EmptyState, RewardTransform
+from rewardnorm_jax._src.core.checkpoint import load_state, save_state
+from rewardnorm_jax._src.core.semantics import Semantics
+from rewardnorm_jax._src.llm import (
     GroupAdvantageEstimator,
     GroupAdvantages,
     group_advantages,
+    kl_estimate,
+    kl_penalized_rewards,
+    masked_whiten,
+    overlong_penalty,
 )
-from rewardnorm_jax._src.group.whiten import masked_whiten
-from rewardnorm_jax._src.kl import kl_estimate, kl_penalized_rewards
-from rewardnorm_jax._src.normalize import NormalizeRewardState, normalize_reward
 from rewardnorm_jax._src.observation import (
     ObservationNormalizer,
     ObservationNormState,
     normalize_observation,
 )
-from rewardnorm_jax._src.overlong import overlong_penalty
-from rewardnorm_jax._src.percentile import (
+from rewardnorm_jax._src.reward import (
+    CenterRewardState,
+    CheckFiniteRewardState,
+    NormalizeRewardState,
     PercentileScaleRewardState,
     PercentileState,
+    apply_sampled,
+    center_reward,
+    chain,
+    check_finite_reward,
+    clip_reward,
     init_percentiles,
+    normalize_reward,
     percentile_scale,
     percentile_scale_reward,
+    scale_reward,
+    transform_reward,
     update_percentiles,
 )
-from rewardnorm_jax._src.popart import PopArt, PopArtState, popart, preserve_outputs
-from rewardnorm_jax._src.replay import apply_sampled
-from rewardnorm_jax._src.semantics import Semantics
 from rewardnorm_jax._src.stats.placement import Statistics
 from rewardnorm_jax._src.stats.running import (
     PRIOR_COUNT,
@@ -51,13 +58,11 @@ from rewardnorm_jax._src.stats.running import (
     init_stats,
     merge_stats,
 )
-from rewardnorm_jax._src.transforms import (
-    chain,
-    clip_reward,
-    scale_reward,
-    transform_reward,
-)
-from rewardnorm_jax._src.value_transforms import (
+from rewardnorm_jax._src.value import (
+    PopArt,
+    PopArtState,
+    popart,
+    preserve_outputs,
     signed_hyperbolic,
     signed_hyperbolic_reward,
     signed_parabolic,

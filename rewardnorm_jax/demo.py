@@ -37,7 +37,7 @@ import numpy as np
 from flax import serialization
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.core.extras import requires
 from rewardnorm_jax.examples import ppo
 
 with requires("demo", __name__):

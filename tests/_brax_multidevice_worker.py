@@ -1,6 +1,6 @@
 """Brax's PPO on 2 CPU devices with statistics merged across its pmap axis, against one device.
 
-Started by ``tests/test_brax_multidevice.py`` in a fresh interpreter with
+Started by ``tests/adapters/test_brax_multidevice.py`` in a fresh interpreter with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` (set before JAX starts),
 as ``python -m tests._brax_multidevice_worker``. It trains Brax's own
 ``ppo.train`` on the inverted pendulum through

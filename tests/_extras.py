@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 from collections.abc import Iterable
 
-from rewardnorm_jax._src.extras import MissingExtraError, install_hint
+from rewardnorm_jax._src.core.extras import MissingExtraError, install_hint
 
 # Modules the tests, notebooks and benchmarks import from an extra: name -> extra.
 OPTIONAL = {

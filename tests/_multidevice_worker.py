@@ -1,6 +1,6 @@
 """Runs the normalizer on several devices and prints how far it is from one device.
 
-Started by ``tests/test_multidevice.py`` in a fresh interpreter, so that the
+Started by ``tests/stats/test_multidevice.py`` in a fresh interpreter, so that the
 device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
 
 * ``python -m tests._multidevice_worker matrix SECTION...`` needs 8 CPU devices

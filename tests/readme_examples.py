@@ -1,7 +1,7 @@
 """The code examples of the README and the documentation pages, and a run of some from a wheel.
 
 :func:`examples` lists every ```python, ```{testcode} and ```{doctest} block
-of ``README.md`` and ``docs/**/*.md``; ``tests/test_doc_examples.py`` runs each
+of ``README.md`` and ``docs/**/*.md``; ``tests/pages/test_doc_examples.py`` runs each
 alone in a fresh interpreter, as a user pastes it. A block whose first line is
 :data:`FRAGMENT` continues the block above it (its page says so), and one whose
 first line is :data:`LONG_RUNNING` trains longer than a smoke run: both are

@@ -26,13 +26,13 @@ MuJoCo Playground environments have the same ``State`` fields; pass
 Only this subpackage imports Brax; the top-level package exports none of it.
 """
 
-from rewardnorm_jax._src.adapter import (
+from rewardnorm_jax._src.core.adapter import (
     get_transform_state,
     set_transform_state,
     set_update_stats,
     with_stats_from,
 )
-from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.core.extras import requires
 
 with requires("brax", __name__):
     from rewardnorm_jax.brax._running_statistics import (

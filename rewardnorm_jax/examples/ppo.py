@@ -36,7 +36,7 @@ from flax import struct
 from flax.linen.initializers import orthogonal
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.core.extras import requires
 
 with requires("demo", __name__):
     import gymnax

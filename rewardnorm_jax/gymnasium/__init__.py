@@ -14,13 +14,13 @@ from typing import Any, SupportsFloat
 
 import numpy as np
 
-from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.core.extras import requires
 
 with requires("gymnasium", __name__):
     import gymnasium as gym
 
-from rewardnorm_jax._src import base
-from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax._src.core import base
+from rewardnorm_jax._src.core import semantics as sem_lib
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._common import (
     REAL_SCALARS,

@@ -16,7 +16,7 @@ from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import VectorWrapper
 
-from rewardnorm_jax._src import checkpoint
+from rewardnorm_jax._src.core import checkpoint
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
 

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rewardnorm_jax._src import checks
+from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax._src.stats import running as rs
 

@@ -11,8 +11,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, VectorWrapper
 
-from rewardnorm_jax._src import base
-from rewardnorm_jax._src import semantics as sem_lib
+from rewardnorm_jax._src.core import base
+from rewardnorm_jax._src.core import semantics as sem_lib
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._common import (
     Normalizer,

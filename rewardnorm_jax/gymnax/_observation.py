@@ -7,7 +7,7 @@ import jax
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import observation_wrapper as ow
+from rewardnorm_jax._src import observation as ow
 
 PyTree = Any
 

@@ -9,8 +9,9 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import adapter, checks, normalize_wrapper
-from rewardnorm_jax._src.adapter import batch_shape_of_key
+from rewardnorm_jax._src import reward
+from rewardnorm_jax._src.core import adapter, checks
+from rewardnorm_jax._src.core.adapter import batch_shape_of_key
 
 PyTree = Any
 
@@ -203,7 +204,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
         return (obs, state, reward, *result[3:])
 
 
-class NormalizeReward(normalize_wrapper.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(reward.NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales rewards by the running standard deviation of the discounted return.
 
     The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's

@@ -6,7 +6,7 @@ import jax
 from jaxmarl.wrappers.baselines import JaxMARLWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import observation_wrapper as ow
+from rewardnorm_jax._src import observation as ow
 
 
 class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):

@@ -23,15 +23,15 @@ API:
 Only this subpackage imports Jumanji; the top-level package exports none of it.
 """
 
-from rewardnorm_jax._src.adapter import (
+from rewardnorm_jax._src.core.adapter import (
     RewardWrapperState,
     get_transform_state,
     set_transform_state,
     set_update_stats,
     with_stats_from,
 )
-from rewardnorm_jax._src.extras import requires
-from rewardnorm_jax._src.observation_wrapper import (
+from rewardnorm_jax._src.core.extras import requires
+from rewardnorm_jax._src.observation import (
     ObservationWrapperState,
     get_observation_state,
     set_observation_state,

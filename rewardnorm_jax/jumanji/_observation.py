@@ -7,7 +7,7 @@ from jumanji.types import TimeStep
 from jumanji.wrappers import Wrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import observation_wrapper as ow
+from rewardnorm_jax._src import observation as ow
 
 
 class NormalizeObservation(ow.ObservationWrapper, Wrapper):

@@ -25,7 +25,7 @@ mask (``GRPOLearner._generate_and_compute_advantage`` in Tunix 0.1.7), with
 Only this subpackage imports Tunix; the top-level package exports none of it.
 """
 
-from rewardnorm_jax._src.extras import requires
+from rewardnorm_jax._src.core.extras import requires
 
 with requires("tunix", __name__):
     from rewardnorm_jax.tunix._estimators import ESTIMATOR_NAMES, tunix_estimator

@@ -7,9 +7,8 @@ import jax
 import numpy as np
 from tunix.rl import function_registry
 
-from rewardnorm_jax._src import checks
-from rewardnorm_jax._src.group.advantages import group_advantages
-from rewardnorm_jax._src.group.conventions import CONVENTIONS
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.llm import CONVENTIONS, group_advantages
 
 ESTIMATOR_NAMES = {
     **{

@@ -124,7 +124,7 @@ def return_step(
         ``(G', stats')``.
 
     Example:
-        >>> from rewardnorm_jax._src import semantics as sem
+        >>> from rewardnorm_jax._src.core import semantics as sem
         >>> count = lambda n, g, mask: n + mask
         >>> return_step(np, 1.0, 0, 2.0, False, False, True, True, None, gamma=0.5,
         ...             semantics=sem.GYMNASIUM, learn_returns=count)

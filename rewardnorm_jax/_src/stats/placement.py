@@ -2,8 +2,8 @@
 
 import dataclasses
 
-from rewardnorm_jax._src import checks
-from rewardnorm_jax._src.base import Shape
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.core.base import Shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +99,7 @@ class Statistics:
         """What a transform keeping these statistics declares, as ``make_transform``'s keywords.
 
         ``num_tasks``, ``components`` and ``per_env``: see
-        :func:`~rewardnorm_jax._src.builder.make_transform`.
+        :func:`~rewardnorm_jax._src.core.builder.make_transform`.
         """
         return {"num_tasks": self.num_tasks, "components": self.components, "per_env": self.per_env}
 

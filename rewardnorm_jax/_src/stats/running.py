@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rewardnorm_jax._src import base, checks
+from rewardnorm_jax._src.core import base, checks
 from rewardnorm_jax._src.stats import formulas, summation
 
 PRIOR_COUNT = 1e-4

@@ -1,1 +1,0 @@
-"""Group-relative advantages: the rewards of G answers per prompt, each against its group."""

@@ -1,0 +1,499 @@
+r"""Group-relative advantages: each answer's reward against the other answers to its prompt.
+
+RL for language models samples :math:`G` answers per prompt and scores each
+against its group: GRPO standardizes the rewards within the group, RLOO
+subtracts the mean of the others, and so on. :func:`group_advantages` builds
+one estimator with one trainer's convention
+(:mod:`~rewardnorm_jax._src.llm.conventions`), and its ``apply`` maps the
+rewards of a batch to advantages. With :math:`\bar r`, :math:`\sigma` and
+:math:`n` the group's mean, standard deviation and number of valid answers:
+
+.. math::
+
+    \text{grpo:}\ \frac{r - \bar r}{\sigma + \epsilon} \qquad
+    \text{dr\_grpo, reinforce\_pp\_baseline:}\ r - \bar r \qquad
+    \text{batch\_std:}\ \frac{r - \bar r}{\sigma_B + \epsilon} \qquad
+    \text{rloo:}\ \frac{n}{n - 1}(r - \bar r) \qquad
+    \text{opo:}\ r - \frac{\sum_j \ell_j r_j}{\sum_j \ell_j}
+
+with :math:`\sigma_B` the standard deviation of the batch's rewards and
+:math:`\ell` the answers' lengths. ``gdpo`` takes one reward per reward
+function, standardizes each within its group as ``grpo`` does, sums them with
+``reward_weights``, and standardizes the sums over the batch.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple, cast
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from rewardnorm_jax._src.core import base, checks
+from rewardnorm_jax._src.llm import layout as layouts
+from rewardnorm_jax._src.llm.conventions import CONVENTIONS, ESTIMATORS, Convention
+from rewardnorm_jax._src.llm.moments import Moments, deviations, moments, std
+from rewardnorm_jax._src.stats import running as rs
+
+
+class GroupAdvantages(NamedTuple):
+    """What an estimator's ``apply`` returns, one entry per answer."""
+
+    advantages: jax.Array  # floating (B,)
+    # bool (B,): the answer's group has no spread (its valid rewards are equal)
+    zero_variance: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupAdvantageConfig(base.Config):
+    """The options of :func:`group_advantages`, checked when it is built."""
+
+    name: ClassVar[str] = "group_advantages"
+    estimator: str = "grpo"
+    convention: str = "exact"
+    group_size: int | None = None
+    num_groups: int | None = None
+    groups_span_devices: bool | None = None
+    reward_weights: Any = None  # a sequence of weights, stored as a tuple of floats
+    standardize_batch: bool = False
+    axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+
+    def __post_init__(self):
+        checks.check_choice("estimator", self.estimator, ESTIMATORS)
+        checks.check_choice("convention", self.convention, tuple(CONVENTIONS))
+        rules = CONVENTIONS[self.convention]
+        if self.estimator not in rules.estimators:
+            raise ValueError(
+                f"convention={self.convention!r} has no estimator {self.estimator!r}; it has "
+                f"{', '.join(rules.estimators)} (convention='exact' has them all)."
+            )
+        self._check_groups(rules)
+        object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
+        self._check_span()
+        object.__setattr__(self, "reward_weights", self._checked_weights())
+        self._check_standardize_batch()
+
+    def _check_groups(self, rules: Convention) -> None:
+        if (self.group_size is None) == (self.num_groups is None):
+            raise ValueError(
+                "pass exactly one of group_size (contiguous groups of that many answers) and "
+                "num_groups (groups named by group_ids in [0, num_groups), passed to apply), got "
+                f"group_size={self.group_size!r}, num_groups={self.num_groups!r}."
+            )
+        if self.group_size is not None:
+            minimum = 2 if rules.singleton == "refused" else 1
+            checks.check_count("group_size", self.group_size, minimum=minimum)
+        else:
+            checks.check_count("num_groups", self.num_groups, minimum=1, maximum=checks.MAX_TASKS)
+
+    def _check_span(self) -> None:
+        if self.num_groups is None or self.axis_name is None:
+            if self.groups_span_devices is not None:
+                raise ValueError(
+                    f"groups_span_devices={self.groups_span_devices!r} is for group ids with an "
+                    "axis_name (num_groups and axis_name set); contiguous groups are whole on "
+                    "each device, and without an axis_name there is one device."
+                )
+            return
+        if self.groups_span_devices is None:
+            raise ValueError(
+                f"with group ids and axis_name={self.axis_name!r}, say whether an id names one "
+                "group on every device (groups_span_devices=True: its answers' statistics are "
+                "summed across the axis) or a group of this device alone "
+                "(groups_span_devices=False: the same id on two devices is two groups)."
+            )
+        checks.check_bool("groups_span_devices", self.groups_span_devices)
+
+    def _check_standardize_batch(self) -> None:
+        checks.check_bool("standardize_batch", self.standardize_batch)
+        if self.standardize_batch and (
+            self.estimator == "gdpo" or self.convention not in ("exact", "trl")
+        ):
+            raise ValueError(
+                "standardize_batch=True (TRL RLOO's normalize_advantages) is for the 'exact' "
+                "and 'trl' conventions and every estimator but 'gdpo' (which standardizes over "
+                f"the batch already), got estimator={self.estimator!r}, "
+                f"convention={self.convention!r}."
+            )
+
+    def _checked_weights(self) -> tuple[float, ...] | None:
+        if self.reward_weights is None:
+            return None
+        if self.estimator != "gdpo":
+            raise ValueError(
+                f"reward_weights is for estimator='gdpo' (several reward functions), got "
+                f"estimator={self.estimator!r}."
+            )
+        weights = self.reward_weights
+        if not (
+            isinstance(weights, (tuple, list))
+            and weights
+            and all(checks.is_real(w) and math.isfinite(w) for w in weights)
+        ):
+            raise ValueError(
+                "reward_weights should be a non-empty sequence of finite numbers, one per "
+                f"reward function, got reward_weights={weights!r}."
+            )
+        return tuple(float(w) for w in weights)
+
+
+class GroupAdvantageEstimator(NamedTuple):
+    """A group-advantage estimator: its ``apply`` and its checked configuration.
+
+    ``apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages``:
+
+    * ``rewards``: one per answer, shape ``(B,)`` (``(B, K)`` for ``gdpo``:
+      one per answer and reward function); any real dtype, 0/1 and booleans
+      included.
+    * ``group_ids``: with ``num_groups`` (and only then): an integer id per
+      answer, shape ``(B,)``.
+    * ``lengths``: ``opo`` only: each answer's length, shape ``(B,)``,
+      finite and >= 0. A group whose valid answers have total length 0 has
+      no baseline, nor one holding a traced length out of range: NaN.
+    """
+
+    apply: Callable[..., GroupAdvantages]
+    config: GroupAdvantageConfig
+
+
+def group_advantages(
+    estimator: str = "grpo",
+    *,
+    convention: str = "exact",
+    group_size: int | None = None,
+    num_groups: int | None = None,
+    groups_span_devices: bool | None = None,
+    reward_weights=None,
+    standardize_batch: bool = False,
+    axis_name=None,
+) -> GroupAdvantageEstimator:
+    r"""An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
+
+    RL for language models samples :math:`G` answers per prompt and scores each
+    answer against its group (the formulas are in
+    :mod:`~rewardnorm_jax._src.llm.advantages`). ``apply(rewards, *,
+    group_ids=None, lengths=None)`` (:class:`GroupAdvantageEstimator`) returns
+    a :class:`GroupAdvantages`: the advantages, and ``zero_variance``, True
+    for every answer of a group whose valid rewards are all equal, groups of
+    one and groups without a valid reward included (DAPO's dynamic sampling
+    drops those groups; a loss may leave them out of its denominator).
+
+    A convention is one trainer's formula in exact arithmetic:
+
+    ============  ====  =======  =======================  ===========================
+    convention    ddof  epsilon  a group of one           a NaN reward
+    ============  ====  =======  =======================  ===========================
+    ``exact``     1     none     0                        left out; its advantage NaN
+    ``trl``       1     1e-4     0                        left out; its advantage 0
+    ``verl``      1     1e-6     mean 0, std 1: keeps r   its group's advantages NaN
+    ``tunix``     1     1e-6     refused (NaN if ragged)  its group's advantages NaN
+    ``openrlhf``  1     1e-9     refused (NaN if ragged)  its group's advantages NaN
+    ============  ====  =======  =======================  ===========================
+
+    The epsilon is added to the standard deviation. A constant group gives
+    exactly 0 in every convention, in float32 as in float64: the library
+    detects it, where the trainers' float32 code leaves residues up to 0.99.
+    Every standardized value (``grpo``, ``batch_std``, ``gdpo``) is within
+    about 1e-6 (relative to ``|A| + 1``) of the convention evaluated in float64
+    on the same inputs, near-constant groups included (the statistics are sums
+    of deviations from a value of the group,
+    :mod:`~rewardnorm_jax._src.llm.moments`); the unstandardized ones
+    (``dr_grpo``, ``rloo``, ``opo``, ``reinforce_pp_baseline``) within about
+    1e-6 of their group's spread. All of this holds wherever the dtype holds the
+    group's squared deviations (in float32, spreads from about 1e-19 to 1e19;
+    outside, the standardized advantages are NaN, never a wrong number).
+    Non-finite rewards count as NaN. Everything is computed in the rewards'
+    floating dtype as JAX holds them (float64 only under ``jax_enable_x64``).
+    Integer and boolean rewards (0/1 correctness) are taken as floats;
+    advantages are floating, at least float32.
+
+    The trainers' estimators: TRL has ``grpo`` (``scale_rewards="group"``),
+    ``dr_grpo`` (``"none"``), ``batch_std`` (``"batch"``), ``rloo`` and ``gdpo``
+    (``multi_objective_aggregation="normalize_then_sum"``); verl ``grpo``,
+    ``dr_grpo`` (``norm_adv_by_std_in_grpo=False``), ``rloo``, ``opo``,
+    ``reinforce_pp_baseline`` and ``gdpo``, the last two before their
+    token-level whitening; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and
+    ``rloo``; OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
+    ``reinforce_pp_baseline`` (its ``reinforce_baseline``, before whitening).
+    ``exact`` has them all. verl's ``rloo`` is its loop version (a group of
+    one keeps its reward; ``rloo_vectorized`` gives it 0). In ``gdpo``, a NaN
+    from one reward function makes the answer's total NaN under ``exact``
+    (its advantage NaN), and counts as 0 under ``trl`` unless every function
+    is NaN.
+
+    Args:
+      estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
+        ``"opo"``, ``"reinforce_pp_baseline"`` or ``"gdpo"``.
+      convention: ``"exact"`` (the library's), or one trainer's:
+        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
+      group_size: contiguous groups (Tunix, OpenRLHF): answers
+        ``[k G, (k + 1) G)`` answer prompt ``k``. With an ``axis_name``, each
+        device's batch must hold whole groups (an error otherwise).
+      num_groups: ragged groups (verl's ``uid``, dynamic sampling): ``apply``
+        takes ``group_ids`` in ``[0, num_groups)``, in any order, some unused.
+      groups_span_devices: with ``num_groups`` and an ``axis_name`` (and only
+        then, where it is required): True if an id names one group on every
+        device (its statistics are summed across the axis), False if each
+        device numbers its own groups.
+      reward_weights: ``gdpo`` only: a weight per reward function (default 1).
+      standardize_batch: standardize the advantages over the batch afterwards,
+        :math:`(A - \bar A) / (\sigma_A + \epsilon)` over the valid answers
+        (TRL RLOO's ``normalize_advantages``); ``exact`` and ``trl`` only.
+      axis_name: the axis of the devices that hold the batch (inside
+        ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
+        ``gdpo``), and groups that span devices, are computed over all of them.
+
+    Returns:
+      A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
+      ``vmap`` and ``shard_map``. Its advantages are targets, as in the
+      trainers, which compute them without gradients: no gradient flows back
+      into the rewards.
+
+    Raises:
+      ValueError: naming an option, its value and what is valid; ``apply``
+        raises for inputs of the wrong shape, a batch that is not a multiple
+        of ``group_size``, and concrete ids outside ``[0, num_groups)`` (traced
+        ids out of range are a ``checkify`` error, and their answers get NaN).
+
+    Examples:
+      Contiguous groups of 4 answers, 0/1 correctness rewards:
+
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> grpo = rn.group_advantages("grpo", group_size=4)
+      >>> out = grpo.apply(np.array([1, 0, 0, 1, 1, 1, 1, 1]))
+      >>> [round(a, 4) for a in out.advantages.tolist()]
+      [0.866, -0.866, -0.866, 0.866, 0.0, 0.0, 0.0, 0.0]
+      >>> out.zero_variance.tolist()
+      [False, False, False, False, True, True, True, True]
+
+      Ragged group ids, in verl's convention:
+
+      >>> rloo = rn.group_advantages("rloo", convention="verl", num_groups=3)
+      >>> out = rloo.apply(np.array([1.0, 2.0, 0.5, 3.0]), group_ids=np.array([2, 0, 2, 0]))
+      >>> out.advantages.tolist()
+      [0.5, -1.0, -0.5, 1.0]
+
+    References:
+      Shao et al, `DeepSeekMath (GRPO) <https://arxiv.org/abs/2402.03300>`_, 2024;
+      Liu et al, `Understanding R1-Zero-Like Training (Dr. GRPO)
+      <https://arxiv.org/abs/2503.20783>`_, 2025; Ahmadian et al, `Back to Basics
+      (RLOO) <https://arxiv.org/abs/2402.14740>`_, 2024; Hao et al, On-Policy RL
+      with Optimal Reward Baseline (OPO), 2025; Hu, `REINFORCE++
+      <https://arxiv.org/abs/2501.03262>`_, 2025; GDPO as TRL
+      (``trl/trainer/grpo_trainer.py``) and verl (``verl/trainer/ppo/core_algos.py``)
+      implement it.
+    """
+    config = GroupAdvantageConfig.checked(
+        estimator,
+        convention,
+        group_size,
+        num_groups,
+        groups_span_devices,
+        reward_weights,
+        standardize_batch,
+        axis_name,
+    )
+
+    def checked_apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages:
+        return apply(config, *_check_inputs(config, rewards, group_ids, lengths))
+
+    return GroupAdvantageEstimator(apply=checked_apply, config=config)
+
+
+def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdvantages:
+    """The advantages of checked inputs: floating ``rewards``, int32 ``group_ids`` or None."""
+    rules = CONVENTIONS[config.convention]
+    groups = _layout(config, group_ids)
+    if config.estimator == "gdpo":
+        return _gdpo(config, rules, groups, rewards)
+    values = groups.grouped(rewards)
+    valid = jnp.isfinite(values)
+    weights = None if lengths is None else groups.grouped(lengths)
+    stats = moments(groups, values, valid, weights)
+    advantages = _estimate(config, config.estimator, rules, groups, stats, values)
+    zero_variance = groups.flat(_zero(groups, stats, valid))
+    if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
+        single = groups.rows(stats.valid_count) == 1
+        advantages = groups.flat(jnp.where(valid & ~single, advantages, jnp.nan))
+        standardized = _over_batch(config, rules, advantages)
+        single = groups.flat(jnp.broadcast_to(single, valid.shape) & valid)
+        return GroupAdvantages(jnp.where(single, 0, standardized), zero_variance)
+    advantages = _invalid(rules, groups, stats, valid, advantages)
+    return GroupAdvantages(groups.flat(advantages), zero_variance)
+
+
+def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
+    """Each reward function standardized in its group, summed with weights, then over the batch."""
+    values = groups.grouped(rewards)
+    valid = jnp.isfinite(values)
+    stats = moments(groups, values, valid)
+    scores = _estimate(config, "grpo", rules, groups, stats, values)
+    scores = _invalid(rules, groups, stats, valid, scores)
+    weights = config.reward_weights or (1.0,) * rewards.shape[1]
+    total = scores @ jnp.asarray(weights, rewards.dtype)
+    if rules.invalid == "zeroed":  # an answer is left out where no reward function scored it
+        total = jnp.where(valid.any(axis=-1), total, jnp.nan)
+    total = groups.flat(total)
+    zero_variance = groups.flat(_zero(groups, stats, valid).all(axis=-1))
+    if config.convention == "verl":  # the batch's whitening comes after, over tokens
+        return GroupAdvantages(total, zero_variance)
+    return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
+
+
+def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
+    """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled."""
+    advantages = deviations(groups, stats, values)
+    if estimator == "grpo":
+        advantages = advantages / (groups.rows(std(stats, rules.ddof)) + rules.epsilon)
+    elif estimator == "batch_std":
+        whole = layouts.Whole(config.axis_name)
+        rewards = groups.flat(values)
+        batch_std = std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
+        advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
+    elif estimator == "rloo":
+        count = groups.rows(stats.valid_count)
+        advantages = advantages * (count / (count - 1))
+    return _settle(rules, estimator, groups, stats, values, advantages)
+
+
+def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
+    """``values`` standardized over the batch's finite ones; the others as the convention has."""
+    whole = layouts.Whole(config.axis_name)
+    valid = jnp.isfinite(values)
+    batch = moments(whole, values, valid)
+    scale = whole.rows(std(batch, rules.ddof)) + rules.epsilon
+    standardized = jnp.where(
+        whole.rows(batch.constant), 0, deviations(whole, batch, values) / scale
+    )
+    return _invalid(rules, whole, batch, valid, standardized)
+
+
+def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, advantages):
+    """Constant groups exactly 0; groups of one as the convention has them."""
+    count = groups.rows(stats.valid_count)
+    constant = groups.rows(stats.constant)
+    advantages = jnp.where(constant & (count > 1), 0, advantages)
+    if rules.singleton == "zero":
+        return jnp.where(count == 1, 0, advantages)
+    if rules.singleton == "own":  # the mean taken as 0 and the standard deviation as 1
+        own = rewards / (1 + rules.epsilon) if estimator == "grpo" else rewards
+        return jnp.where(count == 1, own, advantages)
+    return jnp.where(count == 1, jnp.nan, advantages)  # "refused"
+
+
+def _invalid(rules: Convention, groups, stats: Moments, valid, advantages) -> jax.Array:
+    """The advantages of invalid rewards (and of their groups) as the convention has them."""
+    if rules.invalid == "dropped":
+        return jnp.where(valid, advantages, jnp.nan)
+    if rules.invalid == "zeroed":
+        return jnp.where(valid, advantages, 0)
+    incomplete = stats.valid_count < groups.answers(advantages)  # "spreads"
+    return jnp.where(groups.rows(incomplete), jnp.nan, advantages)
+
+
+def _zero(groups, stats: Moments, valid: jax.Array) -> jax.Array:
+    """Each answer's flag: its group's valid rewards are all equal."""
+    return jnp.broadcast_to(groups.rows(stats.constant), valid.shape)
+
+
+def _layout(config: GroupAdvantageConfig, group_ids):
+    if config.group_size is not None:
+        return layouts.Contiguous(config.group_size)
+    span = config.axis_name if config.groups_span_devices else None
+    return layouts.Ragged(group_ids, cast(int, config.num_groups), span)
+
+
+def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
+    """``(rewards, group_ids, lengths)`` checked: floating rewards, int32 ids, floating lengths."""
+    # Advantages are targets: no gradient flows back into the rewards.
+    rewards = jax.lax.stop_gradient(checks.as_floating("rewards", rewards))
+    dtype = rewards.dtype
+    expected = 2 if config.estimator == "gdpo" else 1
+    if rewards.ndim != expected:
+        what = "(B, K): a reward per answer and reward function" if expected == 2 else "(B,)"
+        raise ValueError(
+            f"rewards has shape {rewards.shape}; estimator={config.estimator!r} takes shape {what}."
+        )
+    answers = rewards.shape[0]
+    if config.estimator == "gdpo":
+        _check_functions(config, rewards)
+    if config.group_size is not None:
+        _check_contiguous(config, config.group_size, answers, group_ids)
+    else:
+        group_ids = _check_ids(cast(int, config.num_groups), answers, group_ids)
+    return rewards, group_ids, _check_lengths(config, answers, lengths, dtype)
+
+
+def _check_functions(config: GroupAdvantageConfig, rewards: jax.Array) -> None:
+    """``gdpo``'s reward functions: at least one, one weight each, weights that fit the dtype."""
+    functions = rewards.shape[1]
+    if functions == 0:
+        raise ValueError(
+            f"rewards has shape {rewards.shape}: estimator='gdpo' needs at least one reward "
+            "function (shape (B, K), K >= 1)."
+        )
+    if config.reward_weights is None:
+        return
+    if functions != len(config.reward_weights):
+        raise ValueError(
+            f"rewards has {functions} reward functions (shape {rewards.shape}), but "
+            f"reward_weights has {len(config.reward_weights)} weights."
+        )
+    for weight in config.reward_weights:
+        checks.check_fits("reward_weights", weight, rewards.dtype)
+
+
+def _check_contiguous(config: GroupAdvantageConfig, group_size: int, answers: int, group_ids):
+    if group_ids is not None:
+        raise ValueError(
+            f"group_ids was given, but the estimator was built with group_size="
+            f"{group_size} (contiguous groups); build it with num_groups to group "
+            "answers by ids."
+        )
+    if answers % group_size:
+        where = "this device's batch" if config.axis_name is not None else "the batch"
+        raise ValueError(
+            f"rewards has {answers} answers, not a multiple of group_size={group_size}: "
+            f"{where} must hold whole groups. For groups split across devices or batches, "
+            "pass group ids: group_advantages(..., num_groups=P, axis_name=..., "
+            "groups_span_devices=True) and apply(rewards, group_ids=ids)."
+        )
+
+
+def _check_ids(num_groups: int, answers: int, group_ids):
+    if group_ids is None:
+        raise ValueError(
+            f"group_ids is missing: the estimator was built with num_groups={num_groups} "
+            "(groups named by ids); pass apply(rewards, group_ids=ids), one id per answer."
+        )
+    return checks.check_task(
+        group_ids,
+        (answers,),
+        num_groups,
+        "answer",
+        name="group_ids",
+        bound="num_groups",
+        plural="group ids",
+    )
+
+
+def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
+    if config.estimator != "opo":
+        if lengths is not None:
+            raise ValueError(
+                f"lengths was given, but estimator={config.estimator!r} does not weight by "
+                "length (estimator='opo' does)."
+            )
+        return None
+    if lengths is None:
+        raise ValueError("lengths is missing: estimator='opo' weights each answer by its length.")
+    checks.check_reward("lengths", lengths)
+    if np.shape(lengths) != (answers,):
+        raise ValueError(
+            f"lengths has shape {np.shape(lengths)}; expected ({answers},), one per answer."
+        )
+    # A traced length out of range makes its group's baseline NaN, not a wrong number.
+    return checks.as_lengths("lengths", lengths, dtype)

@@ -1,0 +1,178 @@
+r"""Masked whitening: token values standardized over every masked-in token of the batch.
+
+PPO and REINFORCE-style trainers for language models whiten their token-level
+advantages over the batch's response tokens. With :math:`M` the masked-in
+positions, :math:`n = |M|`, and the mean and variance taken over :math:`M`:
+
+.. math::
+
+    \bar x = \tfrac1n \textstyle\sum_{t \in M} x_t, \qquad
+    v = \tfrac{1}{n - \text{ddof}} \textstyle\sum_{t \in M} (x_t - \bar x)^2, \qquad
+    w_t = \frac{x_t - \bar x}{\sqrt{v}} \ \ (+\, \bar x \text{ if not shift\_mean})
+
+where the trainers replace :math:`\sqrt v` by :math:`\sqrt{v + 10^{-8}}` (verl,
+Tunix) or :math:`\sqrt{\max(v, 10^{-8})}` (OpenRLHF, with ddof 0). Each
+trainer's rule is one :class:`WhiteningConvention`. The statistics are the
+group statistics of :mod:`~rewardnorm_jax._src.llm.moments` over one group,
+the batch (across devices with an ``axis_name``): a constant batch gives
+exactly 0, and a value at a masked-out position, NaN included, never reaches
+them.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.llm import layout as layouts
+from rewardnorm_jax._src.llm.moments import deviations, moments, variance
+from rewardnorm_jax._src.stats import running as rs
+
+
+@dataclasses.dataclass(frozen=True)
+class WhiteningConvention:
+    r"""One trainer's masked whitening.
+
+    Attributes:
+      ddof: the delta degrees of freedom of the variance.
+      epsilon: the variance's guard: added to it (``floor=False``), or its
+        floor (``floor=True``); 0 for none.
+      floor: whether ``epsilon`` is a floor, :math:`\max(v, \epsilon)`.
+      singleton: what a batch of one masked-in token gives: ``"zero"``, or
+        ``"refused"`` (NaN: verl raises, Tunix divides 0 by 0).
+      invalid: what a NaN (or infinite) value at a masked-in position does:
+        ``"dropped"`` (left out of the statistics, its output NaN) or
+        ``"spreads"`` (every output of the batch NaN, as the trainers' sums do).
+    """
+
+    name: str
+    ddof: int
+    epsilon: float
+    floor: bool
+    singleton: str
+    invalid: str
+
+
+WHITENING = {
+    convention.name: convention
+    for convention in (
+        WhiteningConvention("exact", 1, 0.0, False, "zero", "dropped"),
+        WhiteningConvention("verl", 1, 1e-8, False, "refused", "spreads"),
+        WhiteningConvention("tunix", 1, 1e-8, False, "refused", "spreads"),
+        WhiteningConvention("openrlhf", 0, 1e-8, True, "zero", "spreads"),
+    )
+}
+"""The whitening conventions by name: the library's ``"exact"`` and one per trainer."""
+
+
+def masked_whiten(
+    values,
+    mask,
+    *,
+    convention: str = "exact",
+    shift_mean: bool = True,
+    axis_name=None,
+) -> jax.Array:
+    r"""``values`` whitened over the masked-in positions of the batch; 0 where masked out.
+
+    Conventions (``ddof``, the guard on the variance :math:`v`, one masked-in
+    token, a NaN at a masked-in position):
+
+    * ``"exact"`` (default): ddof 1, :math:`1/\sqrt v`, output 0, the NaN
+      left out of the statistics and its output NaN;
+    * ``"verl"`` (``verl.utils.torch_functional.masked_whiten``) and
+      ``"tunix"`` (``tunix.rl.algo_core.masked_whiten``): ddof 1,
+      :math:`1/\sqrt{v + 10^{-8}}`, NaN (verl raises; Tunix's Bessel factor
+      is 1/0, times a variance of 0), every masked-in output NaN;
+    * ``"openrlhf"`` (its advantage normalization for ``gae``, ``reinforce``
+      and ``reinforce_baseline``): ddof 0, :math:`1/\sqrt{\max(v, 10^{-8})}`,
+      output 0, every masked-in output NaN.
+
+    In every convention a constant batch gives exactly 0 (``shift_mean=False``:
+    the constant), a batch without masked-in tokens gives 0 everywhere (verl
+    raises, OpenRLHF divides 0 by 0, Tunix multiplies by :math:`10^4`), and
+    values at masked-out positions are ignored: Tunix and OpenRLHF multiply
+    them by the mask, so that one NaN or inf there turns every output into
+    NaN, and verl's outputs at those positions are NaN. verl and Tunix add
+    ``1e-8`` to the count they divide by, which is below float32's resolution
+    for any count and is left out (a relative ``1e-8 / n`` in float64).
+    Without a guard (``"exact"``), a batch whose squared spread the dtype
+    cannot hold (beyond about 1e19 or below 1e-19 in float32) gives NaN.
+
+    The outputs are targets, as in the trainers, which compute them without
+    gradients: no gradient flows back into ``values``. A traced mask counts
+    as True where nonzero; a concrete one must hold 0/1 values.
+
+    Args:
+      values: real values, of the mask's shape or broadcastable to it: token
+        values ``(B, T)``, or one value per sequence ``(B, 1)`` spread over its
+        tokens (REINFORCE++-baseline and GDPO whiten their sequence scores so).
+      mask: the positions that count (response tokens), bool or 0/1, any shape.
+      convention: ``"exact"``, ``"verl"``, ``"tunix"`` or ``"openrlhf"``.
+      shift_mean: False adds the mean back after scaling (verl's option).
+      axis_name: the mapped axis of the devices that hold the batch (inside
+        ``shard_map``, ``pmap`` or ``vmap``): the statistics are those of the
+        masked-in tokens of every device.
+
+    Returns:
+      The whitened values, of the mask's shape, in the values' floating dtype
+      (float32 at least); 0 at every masked-out position.
+
+    Raises:
+      ValueError: naming the option or input, its value and what is valid.
+
+    Examples:
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> values = np.array([[1.0, 2.0, 3.0], [4.0, np.nan, 0.0]])
+      >>> mask = np.array([[True, True, True], [True, False, False]])
+      >>> print(np.asarray(rn.masked_whiten(values, mask)).round(4))
+      [[-1.1619 -0.3873  0.3873]
+       [ 1.1619  0.      0.    ]]
+    """
+    rules = WHITENING[checks.check_choice("convention", convention, tuple(WHITENING))]
+    shift_mean = checks.check_bool("shift_mean", shift_mean)
+    axis_name = rs.check_axis_name(axis_name)
+    values, mask = _check_inputs(values, mask)
+    batch = layouts.Whole(axis_name)
+    flat, kept = values.reshape(-1), mask.reshape(-1)
+    valid = kept & jnp.isfinite(flat)
+    stats = moments(batch, flat, valid)
+    spread = variance(stats, rules.ddof)
+    if rules.epsilon:  # a variance that underflowed to 0 is 0 beside the guard
+        spread = jnp.where(stats.squares == 0, 0, spread)
+    if rules.floor:
+        spread = jnp.maximum(spread, rules.epsilon)
+    elif rules.epsilon:
+        spread = spread + rules.epsilon
+    whitened = deviations(batch, stats, flat) * jax.lax.rsqrt(batch.rows(spread))
+    # A constant batch's deviations are 0 by construction; without a guard, 0 * rsqrt(0) is NaN.
+    whitened = jnp.where(batch.rows(stats.constant), 0, whitened)
+    if rules.singleton == "refused":
+        whitened = jnp.where(batch.rows(stats.valid_count) == 1, jnp.nan, whitened)
+    if not shift_mean:
+        whitened = whitened + batch.rows(stats.shift + stats.mean)
+    if rules.invalid == "dropped":
+        whitened = jnp.where(valid, whitened, jnp.nan)
+    else:  # "spreads": one invalid masked-in value makes every output NaN
+        (invalid,) = batch.sums((kept & ~valid).astype(flat.dtype))
+        whitened = jnp.where(batch.rows(invalid) > 0, jnp.nan, whitened)
+    return jnp.where(kept, whitened, 0).reshape(mask.shape)
+
+
+def _check_inputs(values, mask) -> tuple[jax.Array, jax.Array]:
+    """Floating ``values`` broadcast to the mask's shape, and the mask as bools."""
+    # Whitened advantages are targets: no gradient flows back into the values.
+    values = jax.lax.stop_gradient(checks.as_floating("values", values))
+    mask = checks.as_mask("mask", mask)
+    if jnp.ndim(mask) == 0:
+        raise ValueError("mask is a scalar; pass one entry per position, of the values' shape.")
+    same_rank = values.ndim == mask.ndim  # (B,) against (B, T) would spread along tokens
+    if not same_rank or checks.broadcast_shape(values.shape, mask.shape) != mask.shape:
+        raise ValueError(
+            f"values has shape {values.shape}, which does not broadcast to the mask's shape "
+            f"{mask.shape} with as many axes: pass token values of that shape, or one value "
+            f"per sequence of shape {(*mask.shape[:-1], 1)}."
+        )
+    return jnp.broadcast_to(values, mask.shape), mask

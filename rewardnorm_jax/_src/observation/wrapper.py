@@ -1,0 +1,201 @@
+"""What every suite's observation wrapper shares: its state, and reading it through a stack.
+
+An observation wrapper keeps :func:`~rewardnorm_jax.normalize_observation`'s
+state beside the wrapped environment's, in :class:`ObservationWrapperState`,
+and calls the normalizer's ``step`` on every observation ``reset`` and
+``step`` return (Gymnasium's, SB3's and PureJaxRL's wrappers update at reset
+too). The helpers follow ``env_state`` through any wrapper stack, so a reward
+wrapper outside (or ``LogWrapper``) does not hide the statistics.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.core.adapter import batch_shape_of_key, check_same_layout
+from rewardnorm_jax._src.observation.normalizer import (
+    ObservationNormalizer,
+    ObservationNormState,
+    normalize_observation,
+)
+from rewardnorm_jax._src.stats.running import participants
+
+PyTree = Any
+
+
+class ObservationWrapperState(struct.PyTreeNode):
+    """State of an observation-normalizing wrapper: inner state, statistics, freeze flag."""
+
+    env_state: PyTree  # the wrapped environment's state
+    obs_state: ObservationNormState  # the observation statistics
+    update_stats: jax.Array  # bool (), False freezes the statistics on every step
+
+
+class ObservationWrapper:
+    """What every suite's ``NormalizeObservation`` shares: its normalizer and its placement.
+
+    Subclasses list their suite's wrapper class after this one, whose
+    ``__init__(env)`` it calls, and call :meth:`start` from their ``reset`` and
+    :meth:`advance` from their ``step``.
+    """
+
+    def __init__(
+        self,
+        env,
+        preset: str = "gymnasium",
+        *,
+        axis_name: Any = None,
+        per_env: bool = False,
+        **options,
+    ):
+        """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s.
+
+        A wrapper reset with one environment's key needs ``axis_name`` (one set
+        merged across a named ``jax.vmap``) or ``per_env=True`` (one set per
+        environment, or a single environment).
+        """
+        super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper class, next in the MRO
+        self.normalizer = normalize_observation(preset, axis_name=axis_name, **options)
+        self.per_env = per_env
+
+    def start(self, observations, env_state, key, stats_from, update_stats):
+        """A reset's normalized observations and wrapper state (see :func:`start`)."""
+        return start(
+            self.normalizer,
+            observations,
+            env_state,
+            key,
+            stats_from,
+            check_flag(update_stats),
+            wrapper=type(self).__name__,
+            per_env=self.per_env,
+        )
+
+    def advance(self, state, observations, env_state, update_stats):
+        """A step's normalized observations and wrapper state (see :func:`advance`)."""
+        return advance(self.normalizer, state, observations, env_state, check_flag(update_stats))
+
+
+def one_observation(observations: PyTree, batch_ndim: int) -> PyTree:
+    """The shapes of one observation: every leaf without its ``batch_ndim`` leading axes."""
+    return jax.tree.map(
+        lambda leaf: jax.ShapeDtypeStruct(jnp.shape(leaf)[batch_ndim:], jnp.result_type(leaf)),
+        observations,
+    )
+
+
+def check_placement(wrapper: str, batch_ndim: int, axis_name, per_env: bool) -> None:
+    """Refuses, at trace time, a one-environment wrapper whose statistics' place is unsaid.
+
+    Reset with one environment's key and no ``axis_name``, a wrapper would
+    learn from that environment alone; under an unnamed ``jax.vmap`` every
+    environment would silently keep its own statistics.
+
+    Raises:
+      ValueError: naming the three placements; for an unbound ``axis_name``,
+        which maps bind it; for ``per_env=True`` around a batch.
+    """
+    participants(axis_name)  # an unbound name is refused here, at the reset
+    if per_env and batch_ndim:
+        raise ValueError(
+            f"{wrapper} has per_env=True but was reset with one key per environment of a "
+            "batch: per_env is for a wrapper serving one environment."
+        )
+    if batch_ndim == 0 and axis_name is None and not per_env:
+        raise ValueError(
+            f"{wrapper} was reset with the key of one environment and no axis_name, so it "
+            "would keep statistics of that environment alone; under a jax.vmap every "
+            "environment would silently get its own. Choose one: wrap the batched "
+            "environment (one set shared by the batch); pass axis_name='envs' and vmap with "
+            "the same axis name (one set merged across the axis); or pass per_env=True (one "
+            "set per environment, or a single environment)."
+        )
+
+
+def start(
+    normalizer: ObservationNormalizer,
+    observations: PyTree,
+    env_state: PyTree,
+    key: jax.Array,
+    stats_from: ObservationNormState | None,
+    update_stats: jax.Array,
+    *,
+    wrapper: str,
+    per_env: bool,
+) -> tuple[PyTree, ObservationWrapperState]:
+    """A reset's normalized observations and wrapper state (fresh or continued statistics).
+
+    ``key`` is the reset's: one per environment of a batch, or one environment's.
+    """
+    batch_ndim = len(batch_shape_of_key(key))
+    check_placement(wrapper, batch_ndim, normalizer.config.axis_name, per_env)
+    obs_state = stats_from
+    if obs_state is None:
+        obs_state = normalizer.init(one_observation(observations, batch_ndim))
+    observations, obs_state = normalizer.step(obs_state, observations, update_stats)
+    return observations, ObservationWrapperState(env_state, obs_state, update_stats)
+
+
+def advance(
+    normalizer: ObservationNormalizer,
+    state: ObservationWrapperState,
+    observations: PyTree,
+    env_state: PyTree,
+    update_stats: jax.Array,
+) -> tuple[PyTree, ObservationWrapperState]:
+    """A step's normalized observations and wrapper state."""
+    flag = update_stats & state.update_stats
+    observations, obs_state = normalizer.step(state.obs_state, observations, flag)
+    return observations, state.replace(env_state=env_state, obs_state=obs_state)
+
+
+def check_flag(update_stats) -> jax.Array:
+    """``update_stats`` checked (a scalar flag, Python or traced) as a bool array."""
+    return jnp.asarray(checks.check_update_stats(update_stats), bool)
+
+
+def _outermost(state: PyTree) -> ObservationWrapperState:
+    while not isinstance(state, ObservationWrapperState):
+        if not hasattr(state, "env_state"):
+            raise ValueError(
+                f"no observation statistics found in a state of type {type(state).__name__}: "
+                "pass the state of a NormalizeObservation wrapper, or of a wrapper stack "
+                "containing one."
+            )
+        state = state.env_state
+    return state
+
+
+def get_observation_state(state: PyTree) -> ObservationNormState:
+    """The observation statistics of the outermost ``NormalizeObservation`` in a stack.
+
+    Raises:
+      ValueError: if the stack holds no observation wrapper.
+    """
+    return _outermost(state).obs_state
+
+
+def _replace(state: PyTree, **fields) -> PyTree:
+    if isinstance(state, ObservationWrapperState):
+        return state.replace(**fields)
+    return state.replace(env_state=_replace(state.env_state, **fields))
+
+
+def set_observation_state(state: PyTree, obs_state: ObservationNormState) -> PyTree:
+    """``state`` with the outermost observation statistics replaced (e.g. from a checkpoint).
+
+    Raises:
+      ValueError: if the stack holds no observation wrapper, or the replacement
+        differs in structure, shape or dtype.
+    """
+    check_same_layout(get_observation_state(state), obs_state, "obs_state")
+    return _replace(state, obs_state=obs_state)
+
+
+def set_observation_update_stats(state: PyTree, update_stats) -> PyTree:
+    """``state`` with the outermost observation statistics frozen (``False``) or learning."""
+    _outermost(state)
+    return _replace(state, update_stats=check_flag(update_stats))

@@ -1,0 +1,1 @@
+"""The environment adapters' tests, each on the real package."""

@@ -1,0 +1,1 @@
+"""The machinery's tests: the contract every transform passes, checkpoints, hostile input."""

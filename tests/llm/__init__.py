@@ -1,0 +1,1 @@
+"""Tests of RL on language models: group advantages, token terms, the Tunix plug-in."""

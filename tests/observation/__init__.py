@@ -1,0 +1,1 @@
+"""Observation normalization's tests: the normalizer and its suite wrappers against references."""

@@ -1,0 +1,1 @@
+"""Reward transforms' tests: normalization, centering, percentiles, replay, reward streams."""

@@ -1,0 +1,1 @@
+"""The statistics' tests: running moments, sums, precision, moving statistics, kernels, devices."""

@@ -1,0 +1,1 @@
+"""Value targets' tests: squashing transforms and PopArt."""
