@@ -45,7 +45,8 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
       * v0.1.0 - Initially added.
     """
 
-    def reset(
+    # gymnax's reset takes the environment's params after the key.
+    def reset(  # type: ignore[override]
         self,
         key: jax.Array,
         params: Any = None,
@@ -66,8 +67,7 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
 
     @partial(jax.jit, static_argnames=("self",))
     def _reset(self, key, params, stats_from, update_stats):
-        obs, env_state = self._env.reset(key, params)
-        return self.start(obs, env_state, key, stats_from, update_stats)
+        return self.reset_result(self._env.reset(key, params), key, stats_from, update_stats)
 
     def step(
         self,
@@ -87,5 +87,4 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
     @partial(jax.jit, static_argnames=("self",))
     def _step(self, key, state, action, params, update_stats):
         result = self._env.step(key, state.env_state, action, params)
-        obs, state = self.advance(state, result[0], result[1], update_stats)
-        return (obs, state, *result[2:])
+        return self.step_result(state, result, update_stats)

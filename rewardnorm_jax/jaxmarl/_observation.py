@@ -5,7 +5,6 @@ from typing import Any
 import jax
 from jaxmarl.wrappers.baselines import JaxMARLWrapper
 
-import rewardnorm_jax as rn
 from rewardnorm_jax._src import observation as ow
 
 
@@ -37,16 +36,6 @@ class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):
       * Unreleased - Initially added.
     """
 
-    def reset(
-        self,
-        key: jax.Array,
-        stats_from: rn.ObservationNormState | None = None,
-        update_stats: jax.typing.ArrayLike = True,
-    ) -> tuple[dict[str, Any], ow.ObservationWrapperState]:
-        """Resets the environment; the statistics start fresh or from ``stats_from``."""
-        obs, env_state = self._env.reset(key)
-        return self.start(obs, env_state, key, stats_from, update_stats)
-
     def step(
         self,
         key: jax.Array,
@@ -55,6 +44,4 @@ class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):
         update_stats: jax.typing.ArrayLike = True,
     ) -> tuple[Any, ...]:
         """Steps the environment and normalizes every agent's observation."""
-        obs, env_state, rewards, dones, infos = self._env.step(key, state.env_state, actions)
-        obs, state = self.advance(state, obs, env_state, update_stats)
-        return obs, state, rewards, dones, infos
+        return self.step_result(state, self._env.step(key, state.env_state, actions), update_stats)

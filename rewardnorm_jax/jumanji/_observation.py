@@ -1,12 +1,12 @@
 """A Jumanji wrapper that normalizes ``timestep.observation`` by its running statistics."""
 
 import dataclasses
+from typing import Any
 
 import jax
 from jumanji.types import TimeStep
 from jumanji.wrappers import Wrapper
 
-import rewardnorm_jax as rn
 from rewardnorm_jax._src import observation as ow
 
 
@@ -40,16 +40,16 @@ class NormalizeObservation(ow.ObservationWrapper, Wrapper):
       * Unreleased - Initially added.
     """
 
-    def reset(
-        self,
-        key: jax.Array,
-        stats_from: rn.ObservationNormState | None = None,
-        update_stats: jax.typing.ArrayLike = True,
-    ) -> tuple[ow.ObservationWrapperState, TimeStep]:
-        """Resets the environment; the statistics start fresh or from ``stats_from``."""
-        env_state, timestep = self._env.reset(key)
-        obs, state = self.start(timestep.observation, env_state, key, stats_from, update_stats)
-        return state, dataclasses.replace(timestep, observation=obs)
+    @staticmethod
+    def unpack(result: tuple[Any, TimeStep]) -> tuple[Any, Any]:
+        """Jumanji's ``(state, timestep)``: the observation is ``timestep.observation``."""
+        env_state, timestep = result
+        return timestep.observation, env_state
+
+    @staticmethod
+    def repack(result, observations, state) -> tuple[ow.ObservationWrapperState, TimeStep]:
+        """``(state, timestep)`` with the normalized observation in the time step."""
+        return state, dataclasses.replace(result[1], observation=observations)
 
     def step(
         self,
@@ -58,6 +58,4 @@ class NormalizeObservation(ow.ObservationWrapper, Wrapper):
         update_stats: jax.typing.ArrayLike = True,
     ) -> tuple[ow.ObservationWrapperState, TimeStep]:
         """Steps the environment and normalizes its observation."""
-        env_state, timestep = self._env.step(state.env_state, action)
-        obs, state = self.advance(state, timestep.observation, env_state, update_stats)
-        return state, dataclasses.replace(timestep, observation=obs)
+        return self.step_result(state, self._env.step(state.env_state, action), update_stats)

@@ -17,7 +17,6 @@ from flax import struct
 from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.core.adapter import batch_shape_of_key, check_same_layout
 from rewardnorm_jax._src.observation.normalizer import (
-    ObservationNormalizer,
     ObservationNormState,
     normalize_observation,
 )
@@ -35,12 +34,17 @@ class ObservationWrapperState(struct.PyTreeNode):
 
 
 class ObservationWrapper:
-    """What every suite's ``NormalizeObservation`` shares: its normalizer and its placement.
+    """What every suite's ``NormalizeObservation`` shares: normalizer, placement, reset, step.
 
     Subclasses list their suite's wrapper class after this one, whose
-    ``__init__(env)`` it calls, and call :meth:`start` from their ``reset`` and
-    :meth:`advance` from their ``step``.
+    ``__init__(env)`` it calls. A suite's ``step`` (and ``reset``, where the
+    inner one takes more than a key) passes the inner environment's result to
+    :meth:`reset_result` or :meth:`step_result`; :meth:`unpack` and
+    :meth:`repack` say where a result holds the observations and the state,
+    ``(obs, state, *rest)`` unless a suite says otherwise.
     """
+
+    _env: Any  # the wrapped environment, set by the suite's wrapper class
 
     def __init__(
         self,
@@ -61,22 +65,61 @@ class ObservationWrapper:
         self.normalizer = normalize_observation(preset, axis_name=axis_name, **options)
         self.per_env = per_env
 
-    def start(self, observations, env_state, key, stats_from, update_stats):
-        """A reset's normalized observations and wrapper state (see :func:`start`)."""
-        return start(
-            self.normalizer,
-            observations,
-            env_state,
-            key,
-            stats_from,
-            check_flag(update_stats),
-            wrapper=type(self).__name__,
-            per_env=self.per_env,
+    def reset(
+        self,
+        key: jax.Array,
+        stats_from: ObservationNormState | None = None,
+        update_stats: jax.typing.ArrayLike = True,
+    ) -> Any:
+        """Resets the environment; the statistics start fresh or from ``stats_from``.
+
+        Args:
+          key: reset key; one per environment for a batched environment.
+          stats_from: observation statistics to continue from
+            (``get_observation_state(state)``), or ``None`` for fresh ones.
+          update_stats: scalar flag; ``False`` freezes the statistics for
+            every step of this state (evaluation).
+        """
+        return self.reset_result(self._env.reset(key), key, stats_from, update_stats)
+
+    def reset_result(self, result, key, stats_from, update_stats):
+        """The inner reset's ``result``, normalized, with the wrapper's state.
+
+        The statistics start fresh, or from ``stats_from``; ``key`` is the
+        reset's: one per environment of a batch, or one environment's.
+        """
+        observations, env_state = self.unpack(result)
+        update_stats = check_flag(update_stats)
+        batch_ndim = len(batch_shape_of_key(key))
+        check_placement(
+            type(self).__name__, batch_ndim, self.normalizer.config.axis_name, self.per_env
+        )
+        obs_state = stats_from
+        if obs_state is None:
+            obs_state = self.normalizer.init(one_observation(observations, batch_ndim))
+        observations, obs_state = self.normalizer.step(obs_state, observations, update_stats)
+        return self.repack(
+            result, observations, ObservationWrapperState(env_state, obs_state, update_stats)
         )
 
-    def advance(self, state, observations, env_state, update_stats):
-        """A step's normalized observations and wrapper state (see :func:`advance`)."""
-        return advance(self.normalizer, state, observations, env_state, check_flag(update_stats))
+    def step_result(self, state, result, update_stats):
+        """The inner step's ``result``, normalized, with the wrapper's state."""
+        observations, env_state = self.unpack(result)
+        flag = check_flag(update_stats) & state.update_stats
+        observations, obs_state = self.normalizer.step(state.obs_state, observations, flag)
+        return self.repack(
+            result, observations, state.replace(env_state=env_state, obs_state=obs_state)
+        )
+
+    @staticmethod
+    def unpack(result) -> tuple[PyTree, PyTree]:
+        """The observations and the environment state of a reset's or step's ``result``."""
+        return result[0], result[1]
+
+    @staticmethod
+    def repack(result, observations: PyTree, state: "ObservationWrapperState") -> Any:
+        """``result`` with ``observations`` and the wrapper's ``state`` in the inner ones' place."""
+        return (observations, state, *result[2:])
 
 
 def one_observation(observations: PyTree, batch_ndim: int) -> PyTree:
@@ -113,43 +156,6 @@ def check_placement(wrapper: str, batch_ndim: int, axis_name, per_env: bool) -> 
             "the same axis name (one set merged across the axis); or pass per_env=True (one "
             "set per environment, or a single environment)."
         )
-
-
-def start(
-    normalizer: ObservationNormalizer,
-    observations: PyTree,
-    env_state: PyTree,
-    key: jax.Array,
-    stats_from: ObservationNormState | None,
-    update_stats: jax.Array,
-    *,
-    wrapper: str,
-    per_env: bool,
-) -> tuple[PyTree, ObservationWrapperState]:
-    """A reset's normalized observations and wrapper state (fresh or continued statistics).
-
-    ``key`` is the reset's: one per environment of a batch, or one environment's.
-    """
-    batch_ndim = len(batch_shape_of_key(key))
-    check_placement(wrapper, batch_ndim, normalizer.config.axis_name, per_env)
-    obs_state = stats_from
-    if obs_state is None:
-        obs_state = normalizer.init(one_observation(observations, batch_ndim))
-    observations, obs_state = normalizer.step(obs_state, observations, update_stats)
-    return observations, ObservationWrapperState(env_state, obs_state, update_stats)
-
-
-def advance(
-    normalizer: ObservationNormalizer,
-    state: ObservationWrapperState,
-    observations: PyTree,
-    env_state: PyTree,
-    update_stats: jax.Array,
-) -> tuple[PyTree, ObservationWrapperState]:
-    """A step's normalized observations and wrapper state."""
-    flag = update_stats & state.update_stats
-    observations, obs_state = normalizer.step(state.obs_state, observations, flag)
-    return observations, state.replace(env_state=env_state, obs_state=obs_state)
 
 
 def check_flag(update_stats) -> jax.Array:
