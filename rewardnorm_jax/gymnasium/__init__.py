@@ -27,7 +27,6 @@ from rewardnorm_jax.gymnasium._common import (
     Normalizer,
     check_callable,
     clip_function,
-    merge_returns,
     returns_property,
     step_arrays,
 )
@@ -138,9 +137,9 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         ):  # 0-d arrays pass; anything else raises a ValueError naming the output at fault
             rewards, ends, cuts = step_arrays((), reward, terminated, truncated)
             self._use_layout(rewards.shape, "the environment returned a reward of")
-            if rewards.shape:
-                scaled = self._step_objectives(rewards, bool(ends), bool(cuts))
-                return obs, scaled, terminated, truncated, info
+            if rewards.shape:  # one return per objective, a batch of one environment
+                scaled = self._advance(rewards[None], ends, cuts, None, sem_lib.GYMNASIUM)
+                return obs, scaled[0], terminated, truncated, info
         elif self._objective_shape is None:
             self._use_layout((), "the environment returned a reward of")
         reward = float(reward)
@@ -163,43 +162,12 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
         scaled = formulas.scale_by_std(np, reward, float(rms.var), self._epsilon, None, not valid)
         return obs, np.float64(scaled), terminated, truncated, info
 
-    def _step_objectives(
-        self, rewards: np.ndarray, terminated: bool, truncated: bool
-    ) -> np.ndarray:
-        """The step of a vector reward (float64, ``(k,)``): the scalar recurrence per objective."""
-        ret, _ = formulas.return_step(
-            np,
-            self._discounted_reward[0],
-            self._return_rms,  # the attribute: no property call per step
-            rewards,
-            terminated,
-            truncated,
-            self._update_running_mean,
-            np.isfinite(rewards),
-            None,
-            gamma=self._gamma,
-            semantics=sem_lib.GYMNASIUM,
-            learn_returns=_learn_returns,
-        )
-        self._discounted_reward[0] = ret
-        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
-        return formulas.scale_by_std(np, rewards, self._variance(), self._epsilon, None, False)
-
-
-def _learn_returns(rms, returns: np.ndarray, selected: np.ndarray):
-    """Merges one step's return of each objective into the statistics (float64).
-
-    Per objective, a batch of one, as :func:`_learn_return` merges a scalar reward's return.
-    """
-    if isinstance(rms, ObjectiveStats):
-        for stats, ret, learn in zip(rms, returns.tolist(), selected.tolist(), strict=True):
-            _learn_return(stats, ret, learn)
-        return rms
-    return merge_returns(rms, returns, selected, np.dtype(np.float64))
-
 
 def _learn_return(rms, ret: float, selected: bool):
-    """Merges one return into the statistics: a batch of one, mean ``ret``, variance 0."""
+    """Merges one return into the statistics: a batch of one, mean ``ret``, variance 0.
+
+    A scalar reward's step, in Python floats (a few microseconds).
+    """
     if selected:
         rms.update_from_moments(ret, 0.0, 1)
     return rms

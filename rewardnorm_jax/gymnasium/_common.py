@@ -80,30 +80,6 @@ def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
     return rewards.astype(np.float64, copy=False), ends, cuts
 
 
-def merge_returns(rms, returns: np.ndarray, selected: np.ndarray, dtype: np.dtype):
-    """Merges the selected returns, as carried (``dtype``), into ``rms``; returns ``rms``.
-
-    :class:`ObjectiveStats` merge each objective's returns (the last axis) into that objective's
-    statistics; any other statistics merge all selected returns as one batch.
-    """
-    if isinstance(rms, ObjectiveStats):
-        for index, stats in enumerate(rms):
-            _merge_batch(stats, returns[..., index][selected[..., index]], dtype)
-    else:
-        _merge_batch(rms, returns[selected], dtype)
-    return rms
-
-
-def _merge_batch(rms, returns: np.ndarray, dtype: np.dtype) -> None:
-    # The moments of the selected returns alone, as Gymnasium's np.mean / np.var of
-    # acc[active]: from 8 environments on, NumPy's pairwise sums of a where-masked full
-    # array round differently (up to 7e-8 relative).
-    batch = np.asarray(returns, dtype)
-    if batch.size:
-        batch_mean, batch_var = formulas.batch_moments(batch)
-        rms.update_from_moments(batch_mean, batch_var, batch.size)
-
-
 def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
     """Tracked returns as a float64 array of ``shape`` (a number broadcasts), none NaN.
 
@@ -265,23 +241,32 @@ def describe_stats(value) -> str:
     return f"{value!r} (a {type(value).__name__}, not running statistics)"
 
 
-def objective_stats_from(rms) -> ObjectiveStats:
-    """Statistics of shape ``(k,)`` (Gymnasium's ``RunningMeanStd``) as an ObjectiveStats (a copy).
+def own_stats(rms) -> RunningMeanStd | ObjectiveStats:
+    """Running statistics as this library's: its own as they are, another's as a copy.
 
-    Column i of such statistics is the scalar statistics of objective i's values alone: its
-    mean, its variance and the count (one shared, or one per column).
+    Gymnasium's (or SB3's) ``RunningMeanStd`` of shape ``()`` becomes a
+    :class:`RunningMeanStd`; of shape ``(k,)`` an :class:`ObjectiveStats`, column i of it
+    (mean, variance and count, one shared or one per column) the statistics of objective i.
     """
+    if isinstance(rms, (RunningMeanStd, ObjectiveStats)):
+        return rms
     mean = np.asarray(rms.mean, np.float64)
-    var = np.asarray(rms.var, np.float64)
-    count = np.broadcast_to(np.asarray(rms.count, np.float64), mean.shape)
-    stats = ObjectiveStats(mean.shape[0])
+    columns = [
+        np.broadcast_to(np.asarray(getattr(rms, key), np.float64), mean.shape).ravel()
+        for key in ("count", "mean", "var")
+    ]
+    stats: RunningMeanStd | ObjectiveStats = RunningMeanStd()
+    targets = [stats]
+    if mean.shape:
+        stats = ObjectiveStats(mean.shape[0])
+        targets = list(stats)
     try:
-        for each, *values in zip(stats, count.tolist(), mean.tolist(), var.tolist(), strict=True):
-            each.count, each.mean, each.var = values
+        for each, *values in zip(targets, *columns, strict=True):
+            each.count, each.mean, each.var = (float(value) for value in values)
     except ValueError as error:
         raise ValueError(
-            f"return_rms was assigned {describe_stats(rms)} that converts to no ObjectiveStats: "
-            f"{error}"
+            f"return_rms holds {describe_stats(rms)} that converts to no statistics of this "
+            f"library: {error}"
         ) from error
     return stats
 
@@ -369,8 +354,8 @@ class Normalizer:
                 f"return_rms should be {self._valid_stats(self._known_layout())}; got "
                 f"{describe_stats(value)}."
             )
-        if shape and not isinstance(value, ObjectiveStats):
-            value = objective_stats_from(value)
+        if shape:
+            value = own_stats(value)
         self._return_rms, self._rms_assigned = value, True
 
     def _may_hold(self, shape: tuple[int, ...]) -> bool:
@@ -536,27 +521,60 @@ class Normalizer:
         rms = self._return_rms
         return rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
 
+    def _advance(self, rewards: np.ndarray, ends, cuts, active, semantics) -> np.ndarray:
+        """One step of the tracked returns (``rewards`` of their shape); the rewards scaled.
+
+        The flags and ``active`` (None: every environment) broadcast against the rewards.
+        """
+        returns = getattr(self, self._checkpointed[0][1])
+        valid = np.isfinite(rewards) if active is None else active & np.isfinite(rewards)
+        returns[...], _ = formulas.return_step(
+            np,
+            returns,
+            self._return_rms,  # the attribute: no property call per step
+            rewards,
+            ends,
+            cuts,
+            self._update_running_mean,
+            valid,
+            active,
+            gamma=self._gamma,
+            semantics=semantics,
+            learn_returns=self._learn_returns,
+        )
+        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
+        return formulas.scale_by_std(np, rewards, self._variance(), self._epsilon, None, False)
+
+    def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
+        """Merges the selected returns, as carried, into ``rms``; returns ``rms``.
+
+        :class:`ObjectiveStats` merge each objective's returns (the last axis) into that
+        objective's statistics; any other statistics merge all selected returns as one batch.
+        The moments are those of the selected returns alone, as Gymnasium's ``np.mean`` /
+        ``np.var`` of ``acc[active]`` (NumPy's pairwise sums of a where-masked array round
+        differently).
+        """
+        carried = getattr(self, self._checkpointed[0][1]).dtype
+        parts = [(rms, returns, selected)]
+        if isinstance(rms, ObjectiveStats):  # the objectives on the last axis
+            axes = np.moveaxis(returns, -1, 0), np.moveaxis(selected, -1, 0)
+            parts = list(zip(rms, *axes, strict=True))
+        for stats, values, chosen in parts:
+            batch = np.asarray(values[chosen], carried)
+            if batch.size:
+                stats.update_from_moments(*formulas.batch_moments(batch), batch.size)
+        return rms
+
     def state_dict(self) -> dict[str, Any]:
         """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""
-        rms = self.return_rms
-        expected = self._stats_shape(self._layout())
-        if not isinstance(rms, (RunningMeanStd, ObjectiveStats)):  # a Gymnasium one
-            if np.shape(rms.mean) != () or expected != ():
-                raise ValueError(
-                    f"return_rms should hold statistics of shape {expected} (the rewards' "
-                    f"statistics), got a {type(rms).__name__} of shape {np.shape(rms.mean)}."
-                )
-            rms = RunningMeanStd()
-            rms.count, rms.mean, rms.var = (
-                np.asarray(getattr(self.return_rms, key)).item() for key in ("count", "mean", "var")
-            )
-        elif np.shape(rms.mean) != expected:
+        expected, shape = self._stats_shape(self._layout()), np.shape(self.return_rms.mean)
+        if shape != expected:
             raise ValueError(
                 f"return_rms should hold statistics of shape {expected} (the rewards' "
-                f"statistics), got a {type(rms).__name__} of shape {np.shape(rms.mean)}."
+                f"statistics), got a {type(self.return_rms).__name__} of shape {shape}."
             )
         arrays = {key: np.array(getattr(self, attr), copy=True) for key, attr in self._checkpointed}
-        return {"return_rms": rms.stats, **arrays}
+        return {"return_rms": own_stats(self.return_rms).stats, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing).

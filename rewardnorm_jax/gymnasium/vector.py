@@ -18,7 +18,6 @@ from rewardnorm_jax.gymnasium._common import (
     Normalizer,
     check_callable,
     clip_function,
-    merge_returns,
     real_array,
     returns_property,
     step_arrays,
@@ -128,24 +127,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         if rewards.ndim == 2:  # one flag per environment, for each of its objectives
             ends, cuts = ends[:, None], cuts[:, None]
             active = None if active is None else active[:, None]
-        valid = np.isfinite(rewards) if active is None else active & np.isfinite(rewards)
-        ret, _ = formulas.return_step(
-            np,
-            self._accumulated_reward,
-            self._return_rms,  # the attribute: no property call per step
-            rewards,
-            ends,
-            cuts,
-            self._update_running_mean,
-            valid,
-            active,
-            gamma=self.gamma,
-            semantics=self._semantics,
-            learn_returns=self._learn_returns,
-        )
-        self._accumulated_reward[...] = ret
-        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
-        scaled = formulas.scale_by_std(np, rewards, self._variance(), self.epsilon, None, False)
+        scaled = self._advance(rewards, ends, cuts, active, self._semantics)
         return obs, scaled, terminated, truncated, info
 
     def normalize(self, reward) -> np.ndarray:
@@ -159,10 +141,6 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         self._learn_returns(self.return_rms, returns, selected)
         reward = real_array("reward", reward).astype(np.float64)
         return formulas.scale_by_std(np, reward, self._variance(), self.epsilon, None, False)
-
-    def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
-        """Merges the selected returns, as carried (float32), into ``rms``."""
-        return merge_returns(rms, returns, selected, self._accumulated_reward.dtype)
 
 
 class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
