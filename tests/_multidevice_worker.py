@@ -520,8 +520,9 @@ def matrix(dtype_name: str) -> dict:
 
 def distributed(port: int, process_id: int) -> dict:
     """One of two processes: ``shard_map`` over every device of both processes."""
+    # Both processes may start minutes apart on a loaded machine.
     jax.distributed.initialize(
-        f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=60
+        f"127.0.0.1:{port}", num_processes=2, process_id=process_id, initialization_timeout=600
     )
     try:
         mesh = Mesh(np.array(jax.devices()), ("device",))

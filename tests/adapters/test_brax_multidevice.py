@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests._extras import missing_reason
+from tests.hang import HANG_TIMEOUT_S
 
 ROOT = Path(__file__).parents[2]
-TIMEOUT_S = 300
 FLOAT32_TOLERANCE = 1e-6  # as tests/stats/test_multidevice.py: float32 sums in another order
 
 pytestmark = pytest.mark.skipif(
@@ -40,7 +40,7 @@ def run():
         env=env,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT_S,
+        timeout=HANG_TIMEOUT_S,
         check=False,
     )
     assert proc.returncode == 0, f"worker failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"

@@ -29,6 +29,7 @@ import rewardnorm_jax.gymnax as rngym
 from rewardnorm_jax import demo
 from rewardnorm_jax._src.core.extras import MissingExtraError
 from rewardnorm_jax.examples import ppo
+from tests.hang import HANG_TIMEOUT_S
 
 SMALL_ARGS = ["--env", "CartPole-v1", "--total-steps", "16384", "--seeds", "2"]
 SMALL = ppo.PPOConfig(total_steps=16384)  # what SMALL_ARGS resolve to: 32 updates of 512 steps
@@ -362,7 +363,7 @@ def test_command_line_exit_status():
         [sys.executable, "-m", "rewardnorm_jax.demo", "--env", "Nope-v0"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_TIMEOUT_S,
     )
     assert result.returncode == 2
     assert "--env 'Nope-v0' is not a supported gymnax environment" in result.stderr
@@ -381,7 +382,7 @@ def test_installed_command_runs_the_demo():
     path = shutil.which("rewardnorm-demo", path=os.path.dirname(sys.executable))
     assert path is not None, "rewardnorm-demo is not installed beside the interpreter"
     result = subprocess.run(
-        [path, "--total-steps", "0"], capture_output=True, text=True, timeout=120
+        [path, "--total-steps", "0"], capture_output=True, text=True, timeout=HANG_TIMEOUT_S
     )
     assert result.returncode == 2
     assert "--total-steps" in result.stderr

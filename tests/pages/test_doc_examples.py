@@ -18,10 +18,10 @@ import sys
 import pytest
 
 from tests._extras import imported_modules, missing_reason
+from tests.hang import HANG_TIMEOUT_S
 from tests.readme_examples import examples
 
 EXAMPLES = examples()
-TIMEOUT_S = 600
 
 
 def test_the_pages_have_examples_and_most_run_alone():
@@ -75,7 +75,7 @@ def test_example_runs_alone(example, tmp_path):
         env={**env, "JAX_PLATFORMS": "cpu"},
         capture_output=True,
         text=True,
-        timeout=TIMEOUT_S,
+        timeout=HANG_TIMEOUT_S,
         check=False,
     )
     failure = (result.stdout + result.stderr)[-3000:]

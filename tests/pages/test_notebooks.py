@@ -17,6 +17,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests._extras import imported_modules, missing_reason
+from tests.hang import HANG_TIMEOUT_S
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 
@@ -34,7 +35,7 @@ def execute(path: pathlib.Path):
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,
-        timeout=300,  # per cell; the small runs take well under a minute
+        timeout=HANG_TIMEOUT_S,  # per cell: a hang detector
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )

@@ -35,12 +35,12 @@ import pytest
 
 from tests import _multidevice_worker as worker
 from tests._extras import missing_reason
+from tests.hang import HANG_TIMEOUT_S
 
 ROOT = Path(__file__).parents[2]  # the worker runs as python -m tests._multidevice_worker
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 MODES = ("vmap", "pmap", "shard_map", "sharded_jit")
 EXTRA_MODES = ("vmap_per_env_shared_stats", "pmap_of_vmap_tuple_axes", "shard_map_2x4_tuple_axes")
-TIMEOUT_S = 300
 GYMNAX = "rewardnorm_jax.gymnax"
 GYMNAX_SECTION = ["gymnax"] if missing_reason([GYMNAX]) is None else []
 
@@ -71,7 +71,7 @@ def _start(*args: str, devices: int) -> subprocess.Popen:
 def _result(proc: subprocess.Popen) -> dict:
     """The JSON object a worker prints on its last line (gloo logs to stdout before it)."""
     try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
+        stdout, stderr = proc.communicate(timeout=HANG_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
