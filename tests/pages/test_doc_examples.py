@@ -1,7 +1,9 @@
 """Every code example of the README and the documentation pages, run alone as a user pastes it.
 
-Each block runs in a fresh interpreter, from an empty directory, with nothing
-defined beforehand (a ```{doctest} block through ``python -m doctest``); where
+Each block runs in a fresh process, from an empty directory, with nothing
+defined beforehand (a ```{doctest} block through ``python -m doctest``): a
+process forked from one that imported JAX and the library once
+(``_fork_server.py``), so that the examples share that import. Where
 the page shows the block's output in a plain block right after it, the printed
 output must equal it, and in a ```{testoutput} block match it as Sphinx's
 doctest would (``...`` stands for any text). Blocks marked ``# fragment``
@@ -11,9 +13,13 @@ environment lacks is skipped, naming the extra.
 """
 
 import doctest
+import json
 import os
+import pathlib
 import subprocess
 import sys
+import tempfile
+from typing import NamedTuple
 
 import pytest
 
@@ -22,6 +28,56 @@ from tests.hang import HANG_TIMEOUT_S
 from tests.readme_examples import examples
 
 EXAMPLES = examples()
+FORK_SERVER = pathlib.Path(__file__).with_name("_fork_server.py")
+
+
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="module")
+def run_alone():
+    """``run_alone(argv, code, cwd)``: a block run as ``python -c`` (or ``-m doctest``) would.
+
+    Each call forks a fresh process from one server (see ``_fork_server.py``),
+    whose environment is the tests' without ``XLA_FLAGS``, on the CPU.
+    """
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as home:
+        server = subprocess.Popen(
+            [sys.executable, str(FORK_SERVER)],
+            cwd=home,
+            env={**env, "JAX_PLATFORMS": "cpu"},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        assert server.stdin is not None
+        assert server.stdout is not None
+
+        def reply() -> dict:
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                log.seek(0)
+                pytest.fail(f"the fork server stopped:\n{log.read()[-3000:]}")
+            return json.loads(line)
+
+        assert reply() == {"ready": True}
+
+        def run(argv: list[str], code: str, cwd: pathlib.Path) -> Result:
+            request = {"argv": argv, "code": code, "cwd": str(cwd), "timeout": HANG_TIMEOUT_S}
+            server.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+            server.stdin.flush()  # type: ignore[union-attr]
+            return Result(**reply())
+
+        try:
+            yield run
+        finally:
+            server.stdin.close()
+            server.wait(timeout=60)
 
 
 def test_the_pages_have_examples_and_most_run_alone():
@@ -56,28 +112,18 @@ def test_a_testoutput_block_takes_its_options_and_refuses_other_output():
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[f"{e.page}:{e.line}" for e in EXAMPLES])
-def test_example_runs_alone(example, tmp_path):
+def test_example_runs_alone(example, tmp_path, run_alone):
     if example.kind != "runnable":
         pytest.skip(f"a {example.kind} block")
     reason = missing_reason(imported_modules(example.source))
     if reason:
         pytest.skip(reason)
-    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
-    command = [sys.executable, "-c", example.code]
+    argv = ["-c"]
     if example.fence == "{doctest}":
         (tmp_path / "example.txt").write_text(example.code)
         # Sphinx's flags, but an exception's message is compared too.
-        options = ["-o", "ELLIPSIS", "-o", "DONT_ACCEPT_TRUE_FOR_1"]
-        command = [sys.executable, "-m", "doctest", *options, "example.txt"]
-    result = subprocess.run(
-        command,
-        cwd=tmp_path,
-        env={**env, "JAX_PLATFORMS": "cpu"},
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT_S,
-        check=False,
-    )
+        argv = ["doctest", "-o", "ELLIPSIS", "-o", "DONT_ACCEPT_TRUE_FOR_1", "example.txt"]
+    result = run_alone(argv, example.code, tmp_path)
     failure = (result.stdout + result.stderr)[-3000:]
     assert result.returncode == 0, f"{example.page}:{example.line}\n{failure}"
     if example.output is None:
