@@ -8,9 +8,9 @@ from brax.envs import training
 from brax.envs.base import Env, State, Wrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import reward
 from rewardnorm_jax._src.core import adapter
 from rewardnorm_jax._src.core.adapter import RAW_REWARD, TRANSFORM_STATE, UPDATE_STATS
+from rewardnorm_jax._src.reward import NormalizeRewardWrapper
 
 TRUNCATION = "truncation"  # state.info key set by Brax's and Playground's EpisodeWrapper
 
@@ -117,7 +117,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
             )
 
 
-class NormalizeReward(reward.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``state.reward`` by the running standard deviation of the discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

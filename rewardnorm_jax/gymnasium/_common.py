@@ -251,22 +251,22 @@ def own_stats(rms) -> RunningMeanStd | ObjectiveStats:
     if isinstance(rms, (RunningMeanStd, ObjectiveStats)):
         return rms
     mean = np.asarray(rms.mean, np.float64)
-    columns = [
-        np.broadcast_to(np.asarray(getattr(rms, key), np.float64), mean.shape).ravel()
-        for key in ("count", "mean", "var")
-    ]
-    stats: RunningMeanStd | ObjectiveStats = RunningMeanStd()
-    targets = [stats]
+    stats: RunningMeanStd | ObjectiveStats
     if mean.shape:
         stats = ObjectiveStats(mean.shape[0])
         targets = list(stats)
-    try:
-        for each, *values in zip(targets, *columns, strict=True):
+    else:
+        stats = RunningMeanStd()
+        targets = [stats]
+    try:  # one count for all columns broadcasts; a mean and a variance per column do not
+        count = np.broadcast_to(np.asarray(rms.count, np.float64), mean.shape).ravel()
+        var = np.asarray(rms.var, np.float64).ravel()
+        for each, *values in zip(targets, count, mean.ravel(), var, strict=True):
             each.count, each.mean, each.var = (float(value) for value in values)
     except ValueError as error:
         raise ValueError(
-            f"return_rms holds {describe_stats(rms)} that converts to no statistics of this "
-            f"library: {error}"
+            f"return_rms was assigned {describe_stats(rms)} that converts to no statistics of "
+            f"this library: {error}"
         ) from error
     return stats
 

@@ -67,7 +67,7 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
 
     @partial(jax.jit, static_argnames=("self",))
     def _reset(self, key, params, stats_from, update_stats):
-        return self.reset_result(self._env.reset(key, params), key, stats_from, update_stats)
+        return self._reset_result(self._env.reset(key, params), key, stats_from, update_stats)
 
     def step(
         self,
@@ -87,4 +87,4 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
     @partial(jax.jit, static_argnames=("self",))
     def _step(self, key, state, action, params, update_stats):
         result = self._env.step(key, state.env_state, action, params)
-        return self.step_result(state, result, update_stats)
+        return self._step_result(state, result, update_stats)

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 import rewardnorm_jax as rn
-from rewardnorm_jax._src import reward
 from rewardnorm_jax._src.core import adapter, checks
 from rewardnorm_jax._src.core.adapter import batch_shape_of_key
+from rewardnorm_jax._src.reward import NormalizeRewardWrapper
 
 PyTree = Any
 
@@ -204,7 +204,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, GymnaxWrapper):
         return (obs, state, reward, *result[3:])
 
 
-class NormalizeReward(reward.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales rewards by the running standard deviation of the discounted return.
 
     The gymnax counterpart of Gymnasium's ``NormalizeReward`` and PureJaxRL's

@@ -44,4 +44,4 @@ class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):
         update_stats: jax.typing.ArrayLike = True,
     ) -> tuple[Any, ...]:
         """Steps the environment and normalizes every agent's observation."""
-        return self.step_result(state, self._env.step(key, state.env_state, actions), update_stats)
+        return self._step_result(state, self._env.step(key, state.env_state, actions), update_stats)

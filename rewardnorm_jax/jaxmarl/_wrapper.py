@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 from jaxmarl.wrappers.baselines import JaxMARLWrapper
 
-from rewardnorm_jax._src import reward
 from rewardnorm_jax._src.core import adapter
 from rewardnorm_jax._src.core.adapter import RAW_REWARD, RewardWrapperState
+from rewardnorm_jax._src.reward import NormalizeRewardWrapper
 
 EPISODE_END = "__all__"  # the key of JaxMARL's dones that ends every agent's episode
 
@@ -131,7 +131,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, JaxMARLWrapper):
         return obs, state, rewards, dones, {**infos, RAW_REWARD: raw}
 
 
-class NormalizeReward(reward.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales every agent's reward by the running standard deviation of its discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

@@ -41,13 +41,13 @@ class NormalizeObservation(ow.ObservationWrapper, Wrapper):
     """
 
     @staticmethod
-    def unpack(result: tuple[Any, TimeStep]) -> tuple[Any, Any]:
+    def _unpack(result: tuple[Any, TimeStep]) -> tuple[Any, Any]:
         """Jumanji's ``(state, timestep)``: the observation is ``timestep.observation``."""
         env_state, timestep = result
         return timestep.observation, env_state
 
     @staticmethod
-    def repack(result, observations, state) -> tuple[ow.ObservationWrapperState, TimeStep]:
+    def _repack(result, observations, state) -> tuple[ow.ObservationWrapperState, TimeStep]:
         """``(state, timestep)`` with the normalized observation in the time step."""
         return state, dataclasses.replace(result[1], observation=observations)
 
@@ -58,4 +58,4 @@ class NormalizeObservation(ow.ObservationWrapper, Wrapper):
         update_stats: jax.typing.ArrayLike = True,
     ) -> tuple[ow.ObservationWrapperState, TimeStep]:
         """Steps the environment and normalizes its observation."""
-        return self.step_result(state, self._env.step(state.env_state, action), update_stats)
+        return self._step_result(state, self._env.step(state.env_state, action), update_stats)

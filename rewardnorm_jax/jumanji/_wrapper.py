@@ -7,9 +7,9 @@ import jax.numpy as jnp
 from jumanji.types import TimeStep
 from jumanji.wrappers import Wrapper
 
-from rewardnorm_jax._src import reward
 from rewardnorm_jax._src.core import adapter
 from rewardnorm_jax._src.core.adapter import RAW_REWARD, RewardWrapperState
+from rewardnorm_jax._src.reward import NormalizeRewardWrapper
 
 
 class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
@@ -106,7 +106,7 @@ class RewardTransformWrapper(adapter.TransformWrapper, Wrapper):
         return state.replace(env_state=env_state, transform_state=transform_state), timestep
 
 
-class NormalizeReward(reward.NormalizeRewardWrapper, RewardTransformWrapper):
+class NormalizeReward(NormalizeRewardWrapper, RewardTransformWrapper):
     r"""Scales ``timestep.reward`` by the running standard deviation of the discounted return.
 
     :func:`rewardnorm_jax.normalize_reward` (which links to the formula) as a

@@ -7,14 +7,15 @@ of its standard input, a JSON object ``{"argv", "code", "cwd", "timeout"}``: it
 forks, and the child runs the request as ``python -c code`` (or ``python -m
 doctest ...`` for ``argv[0] == "doctest"``) would, in ``cwd``, with a fresh
 ``__main__`` and nothing defined beforehand. The reply, one JSON line, holds the
-child's exit status and output. A child still running at ``timeout`` is killed
-(status -9).
+child's exit status and output (UTF-8); its standard input is ``/dev/null``. A
+child still running at ``timeout`` is killed (status -9).
 
 The example's names come from its own code only, as when pasted alone: a module
 imported here is only found faster. No JAX backend exists before the fork (the
 server checks it), so each child starts its own, with its own threads.
 """
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -23,6 +24,7 @@ import runpy
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -39,8 +41,13 @@ def preload() -> None:
             importlib.import_module(name)
     from jax._src import xla_bridge
 
-    if xla_bridge._backends:  # a child would inherit a backend whose threads are gone
-        raise RuntimeError(f"a preloaded module started JAX backends: {list(xla_bridge._backends)}")
+    # A child inherits only the forking thread: no backend (whose threads would be gone) and
+    # no Python thread may exist here.
+    if xla_bridge._backends or threading.active_count() != 1:
+        raise RuntimeError(
+            f"a preloaded module started JAX backends {list(xla_bridge._backends)} or "
+            f"threads {threading.enumerate()}"
+        )
 
 
 def run_child(request: dict, outputs: list[str]) -> None:
@@ -48,9 +55,11 @@ def run_child(request: dict, outputs: list[str]) -> None:
     status = 1
     try:
         os.chdir(request["cwd"])
-        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)  # the requests stay the server's
-        for fd, path in zip((1, 2), outputs, strict=True):
-            os.dup2(os.open(path, os.O_WRONLY), fd)
+        modes = (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY)
+        for fd, path, mode in zip((0, 1, 2), (os.devnull, *outputs), modes, strict=True):
+            opened = os.open(path, mode)  # stdin from /dev/null: the requests stay the server's
+            os.dup2(opened, fd)
+            os.close(opened)
         sys.path[0] = ""  # as python -c and python -m put the working directory first
         sys.argv = list(request["argv"])
         main = types.ModuleType("__main__")
@@ -69,7 +78,11 @@ def run_child(request: dict, outputs: list[str]) -> None:
         except BaseException:  # noqa: BLE001  (reported as python reports it)
             traceback.print_exc()
     finally:
-        with contextlib.suppress(Exception):
+        # The interpreter's own shutdown: non-daemon threads joined, atexit handlers run.
+        with contextlib.suppress(BaseException):
+            threading._shutdown()  # type: ignore[attr-defined]
+            atexit._run_exitfuncs()
+        with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(status)

@@ -16,6 +16,7 @@ import doctest
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ def run_alone():
         server = subprocess.Popen(
             [sys.executable, str(FORK_SERVER)],
             cwd=home,
+            start_new_session=True,  # its group, a running example included, is ended at the end
             env={**env, "JAX_PLATFORMS": "cpu"},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -77,7 +79,11 @@ def run_alone():
             yield run
         finally:
             server.stdin.close()
-            server.wait(timeout=60)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # interrupted while an example ran
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
 
 
 def test_the_pages_have_examples_and_most_run_alone():

@@ -36,6 +36,7 @@ def execute(path: pathlib.Path):
     client = NotebookClient(
         notebook,
         timeout=HANG_TIMEOUT_S,  # per cell: a hang detector
+        startup_timeout=HANG_TIMEOUT_S,  # the kernel's start, on a loaded machine too
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )

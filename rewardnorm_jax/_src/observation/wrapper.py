@@ -39,8 +39,8 @@ class ObservationWrapper:
     Subclasses list their suite's wrapper class after this one, whose
     ``__init__(env)`` it calls. A suite's ``step`` (and ``reset``, where the
     inner one takes more than a key) passes the inner environment's result to
-    :meth:`reset_result` or :meth:`step_result`; :meth:`unpack` and
-    :meth:`repack` say where a result holds the observations and the state,
+    :meth:`_reset_result` or :meth:`_step_result`; :meth:`_unpack` and
+    :meth:`_repack` say where a result holds the observations and the state,
     ``(obs, state, *rest)`` unless a suite says otherwise.
     """
 
@@ -80,15 +80,15 @@ class ObservationWrapper:
           update_stats: scalar flag; ``False`` freezes the statistics for
             every step of this state (evaluation).
         """
-        return self.reset_result(self._env.reset(key), key, stats_from, update_stats)
+        return self._reset_result(self._env.reset(key), key, stats_from, update_stats)
 
-    def reset_result(self, result, key, stats_from, update_stats):
+    def _reset_result(self, result, key, stats_from, update_stats):
         """The inner reset's ``result``, normalized, with the wrapper's state.
 
         The statistics start fresh, or from ``stats_from``; ``key`` is the
         reset's: one per environment of a batch, or one environment's.
         """
-        observations, env_state = self.unpack(result)
+        observations, env_state = self._unpack(result)
         update_stats = check_flag(update_stats)
         batch_ndim = len(batch_shape_of_key(key))
         check_placement(
@@ -98,26 +98,26 @@ class ObservationWrapper:
         if obs_state is None:
             obs_state = self.normalizer.init(one_observation(observations, batch_ndim))
         observations, obs_state = self.normalizer.step(obs_state, observations, update_stats)
-        return self.repack(
+        return self._repack(
             result, observations, ObservationWrapperState(env_state, obs_state, update_stats)
         )
 
-    def step_result(self, state, result, update_stats):
+    def _step_result(self, state, result, update_stats):
         """The inner step's ``result``, normalized, with the wrapper's state."""
-        observations, env_state = self.unpack(result)
+        observations, env_state = self._unpack(result)
         flag = check_flag(update_stats) & state.update_stats
         observations, obs_state = self.normalizer.step(state.obs_state, observations, flag)
-        return self.repack(
+        return self._repack(
             result, observations, state.replace(env_state=env_state, obs_state=obs_state)
         )
 
     @staticmethod
-    def unpack(result) -> tuple[PyTree, PyTree]:
+    def _unpack(result) -> tuple[PyTree, PyTree]:
         """The observations and the environment state of a reset's or step's ``result``."""
         return result[0], result[1]
 
     @staticmethod
-    def repack(result, observations: PyTree, state: "ObservationWrapperState") -> Any:
+    def _repack(result, observations: PyTree, state: "ObservationWrapperState") -> Any:
         """``result`` with ``observations`` and the wrapper's ``state`` in the inner ones' place."""
         return (observations, state, *result[2:])
 

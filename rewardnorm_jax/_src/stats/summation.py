@@ -1,6 +1,6 @@
 r"""How a batch is summed into the statistics, on each backend and at each size.
 
-The statistics' merge (:func:`rewardnorm_jax._src.running_stats.merge_stats`)
+The statistics' merge (:func:`rewardnorm_jax._src.stats.running.merge_stats`)
 needs three totals of a batch per statistic: with :math:`d_i = x_i - s` the
 batch's deviations from its shift,
 
