@@ -521,12 +521,17 @@ class Normalizer:
         rms = self._return_rms
         return rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
 
+    @property
+    def _returns(self) -> np.ndarray:
+        """The tracked returns: the first of the ``_checkpointed`` arrays."""
+        return getattr(self, self._checkpointed[0][1])
+
     def _advance(self, rewards: np.ndarray, ends, cuts, active, semantics) -> np.ndarray:
         """One step of the tracked returns (``rewards`` of their shape); the rewards scaled.
 
         The flags and ``active`` (None: every environment) broadcast against the rewards.
         """
-        returns = getattr(self, self._checkpointed[0][1])
+        returns = self._returns
         valid = np.isfinite(rewards) if active is None else active & np.isfinite(rewards)
         returns[...], _ = formulas.return_step(
             np,
@@ -554,7 +559,7 @@ class Normalizer:
         ``np.var`` of ``acc[active]`` (NumPy's pairwise sums of a where-masked array round
         differently).
         """
-        carried = getattr(self, self._checkpointed[0][1]).dtype
+        carried = self._returns.dtype
         parts = [(rms, returns, selected)]
         if isinstance(rms, ObjectiveStats):  # the objectives on the last axis
             axes = np.moveaxis(returns, -1, 0), np.moveaxis(selected, -1, 0)
