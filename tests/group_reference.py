@@ -22,7 +22,17 @@ import warnings
 
 import numpy as np
 
-ESTIMATORS = ("grpo", "drgrpo", "batch_std", "rloo", "opo", "reinforce_pp_baseline", "gdpo")
+ESTIMATORS = (
+    "grpo",
+    "drgrpo",
+    "batch_std",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "reinforce_pp_baseline",
+    "gdpo",
+    "gpg",
+)
 CONVENTIONS = ("trl", "verl", "tunix", "openrlhf")
 
 
@@ -105,14 +115,37 @@ def trl(rewards, group_ids, num_groups, estimator, weights=None, normalize_advan
     return np.nan_to_num(adv, nan=0.0)
 
 
-def verl(rewards, group_ids, num_groups, estimator, lengths=None, weights=None, epsilon=1e-6):
+def verl(
+    rewards,
+    group_ids,
+    num_groups,
+    estimator,
+    lengths=None,
+    weights=None,
+    epsilon=1e-6,
+    f_norm=1.0,
+):
     """Verl's outcome advantages (core_algos.py).
 
     compute_grpo_outcome_advantage (norm_adv_by_std_in_grpo True/False
-    = grpo/drgrpo), compute_rloo_outcome_advantage, compute_opo_outcome_advantage,
+    = grpo/drgrpo), compute_rloo_outcome_advantage, compute_rloo_vectorized_outcome_advantage,
+    compute_opo_outcome_advantage, compute_gpg_outcome_advantage,
     compute_reinforce_plus_plus_baseline_outcome_advantage and compute_gdpo_outcome_advantage,
     the last two without their final ``masked_whiten``. NaN is not handled: it spreads.
     """
+    if estimator == "rloo_vectorized":  # bincount over np.unique's inverse
+        inv = np.unique(group_ids, return_inverse=True)[1].ravel()
+        c = np.bincount(inv)[inv].astype(rewards.dtype)
+        sums = np.bincount(inv, weights=rewards)[inv]
+        return ((c * rewards - sums) / np.maximum(c - 1, 1)) * (c > 1)
+    if estimator == "gpg":  # alpha overwritten from the whole batch; f_norm's default 1
+        alpha = rewards.shape[0] / max(np.count_nonzero(rewards), 1)
+        adv = np.empty_like(rewards)
+        for idx in _groups(group_ids, num_groups):
+            x = rewards[idx]
+            mean = 0.0 if idx.size == 1 else x.mean()
+            adv[idx] = alpha * (x - mean) / f_norm
+        return adv
     if estimator == "gdpo":
         r2 = rewards.reshape(rewards.shape[0], -1)
         w = np.ones(r2.shape[1]) if weights is None else np.asarray(weights, np.float64)

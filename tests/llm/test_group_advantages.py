@@ -23,12 +23,23 @@ SUPPORTED = {
         "dr_grpo",
         "batch_std",
         "rloo",
+        "rloo_vectorized",
         "opo",
         "reinforce_pp_baseline",
         "gdpo",
+        "gpg",
     ),
     "trl": ("grpo", "dr_grpo", "batch_std", "rloo", "gdpo"),
-    "verl": ("grpo", "dr_grpo", "rloo", "opo", "reinforce_pp_baseline", "gdpo"),
+    "verl": (
+        "grpo",
+        "dr_grpo",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "reinforce_pp_baseline",
+        "gdpo",
+        "gpg",
+    ),
     "tunix": ("grpo", "dr_grpo", "rloo"),
     "openrlhf": ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"),
 }
@@ -50,6 +61,8 @@ def exact(rewards, ids, num_groups, *, estimator, lengths=None, weights=None):
     out = np.full(rewards.shape, np.nan)
     valid = np.isfinite(rewards)
     batch_std = np.std(rewards[valid], ddof=1) if valid.sum() > 1 else np.nan
+    # GPG's alpha: the valid answers over the valid nonzero ones (at least 1)
+    alpha = valid.sum() / max(np.count_nonzero(rewards[valid]), 1)
     for g in range(num_groups):
         members = (ids == g) & valid
         r = rewards[members]
@@ -66,8 +79,10 @@ def exact(rewards, ids, num_groups, *, estimator, lengths=None, weights=None):
             out[members] = deviation / np.std(r, ddof=1)
         elif estimator == "batch_std":
             out[members] = deviation / batch_std
-        elif estimator == "rloo":
+        elif estimator in ("rloo", "rloo_vectorized"):
             out[members] = deviation * r.size / (r.size - 1)
+        elif estimator == "gpg":
+            out[members] = alpha * deviation
         else:
             out[members] = deviation
     return out

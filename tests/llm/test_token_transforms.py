@@ -6,6 +6,8 @@ written out below. Inputs are float32 values; the references evaluate those
 same values in float64.
 """
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,15 +39,19 @@ def tokens(seed=0, rows=8, length=40, *, scale=3.0, offset=2.0):
 
 
 def exact_whiten(values, mask, shift_mean=True):
-    """The library's convention: ddof 1, no epsilon, a constant or single token 0."""
-    x = values[mask].astype(np.float64)
+    """The library's convention: frequency weights, ddof 1, no epsilon; 0 if constant or W <= 1."""
+    weights = np.broadcast_to(np.asarray(mask, np.float64), values.shape)
+    kept = weights != 0
+    x, w = values[kept].astype(np.float64), weights[kept]
+    total = w.sum()
+    mean = (w * x).sum() / total if total else 0.0
     out = np.zeros(values.shape)
-    if x.size == 1 or np.all(x == x[0]):
-        out[mask] = 0.0
+    if total <= 1 or np.all(x == x[0]):
+        out[kept] = 0.0
     else:
-        out[mask] = (x - x.mean()) / x.std(ddof=1)
+        out[kept] = (x - mean) / np.sqrt((w * (x - mean) ** 2).sum() / (total - 1))
     if not shift_mean:
-        out[mask] += x.mean()
+        out[kept] += mean
     return out
 
 
@@ -59,7 +65,7 @@ def whiten_reference(convention, values, mask, shift_mean=True):
         out = reference.tunix_masked_whiten(values, mask)
     else:
         out = reference.openrlhf_whiten(values, mask)
-    return np.where(mask, out, 0.0)
+    return np.where(mask != 0, out, 0.0)
 
 
 @pytest.mark.parametrize("convention", WHITENING)
@@ -124,7 +130,7 @@ def test_a_nan_at_a_masked_in_position_is_dropped_or_spreads_by_convention():
         assert np.all(got[~mask] == 0), convention
 
 
-@pytest.mark.parametrize("convention", WHITENING)
+@pytest.mark.parametrize("convention", ["exact", "openrlhf"])
 @pytest.mark.parametrize("constant", [0.1, 1000 / 7, -3.3e-5])
 def test_a_constant_batch_gives_exactly_zero(convention, constant):
     values, mask = tokens(5)
@@ -133,6 +139,21 @@ def test_a_constant_batch_gives_exactly_zero(convention, constant):
     np.testing.assert_array_equal(rn.masked_whiten(values, mask, convention=convention), 0.0)
     shifted = rn.masked_whiten(values, mask, convention=convention, shift_mean=False)
     np.testing.assert_array_equal(shifted, np.where(mask, np.float32(constant), 0))
+
+
+@pytest.mark.parametrize("convention", ["verl", "tunix"])
+@pytest.mark.parametrize("constant", [0.1, 1000 / 7, -3.3e-5])
+def test_a_constant_batch_keeps_the_count_epsilons_offset(convention, constant):
+    # Their mean divides by W + 1e-8: c 1e-8 / (W + 1e-8) below the values, which
+    # rsqrt(v + 1e-8) scales to about 1e-4 c / W, in float32 as in float64.
+    values, mask = tokens(5)
+    values[:] = np.float32(constant)
+    values[~mask] = 7.0
+    got = np.asarray(rn.masked_whiten(values, mask, convention=convention))
+    want = whiten_reference(convention, values, mask)
+    assert_close(got, want)
+    expected = 1e-4 * np.float64(np.float32(constant)) / mask.sum()
+    np.testing.assert_allclose(got[mask], expected, rtol=1e-3)
 
 
 def test_one_token_and_no_token():
@@ -157,10 +178,60 @@ def test_float64_matches_the_references_at_1e_12():
         for convention in WHITENING:
             got = rn.masked_whiten(values, mask, convention=convention)
             assert got.dtype == jnp.float64
-            # verl and Tunix divide by the count plus 1e-8, which the library leaves out
-            # (below float32's resolution): a relative 1e-8 / n in float64.
-            tolerance = 1e-12 + (3e-8 / mask.sum() if convention in ("verl", "tunix") else 0)
-            assert_close(got, whiten_reference(convention, values, mask), tolerance)
+            assert_close(got, whiten_reference(convention, values, mask), 1e-12)
+
+
+def weighted_tokens(seed, dtype):
+    """Token values and weights in [0, 3), a third of them 0, summing well above 1."""
+    rng = np.random.default_rng(seed)
+    values = (rng.standard_normal((8, 40)) * 3 + 2).astype(dtype)
+    weights = (rng.random(values.shape) * 3 * (rng.random(values.shape) < 0.67)).astype(dtype)
+    values[weights == 0] = rng.choice([np.nan, np.inf, 1e30], (weights == 0).sum())
+    return values, weights
+
+
+@pytest.mark.parametrize(
+    ("convention", "shift_mean"),
+    # OpenRLHF and Tunix have no shift_mean option (verl's and the library's).
+    [(convention, True) for convention in WHITENING] + [("exact", False), ("verl", False)],
+)
+def test_weighted_masks_match_each_trainer_in_float32_and_float64(convention, shift_mean):
+    # The trainers multiply by the mask: a float mask weighs each token, here concrete and
+    # traced alike.
+    whiten = partial(rn.masked_whiten, convention=convention, shift_mean=shift_mean)
+    for dtype, tolerance in ((np.float32, 1e-5), (np.float64, 1e-10)):
+        with jax.enable_x64(dtype == np.float64):
+            values, weights = weighted_tokens(21, dtype)
+            want = (
+                exact_whiten(values, weights, shift_mean)
+                if convention == "exact"
+                else whiten_reference(
+                    convention, np.where(weights != 0, values, 0), weights, shift_mean
+                )
+            )
+            assert_close(whiten(values, weights), want, tolerance)
+            assert_close(jax.jit(whiten)(values, weights), want, tolerance)
+
+
+def test_a_weight_of_one_or_less_is_nan_where_the_trainers_divide_by_zero_or_less():
+    # verl's and Tunix's unbiased variance multiplies by W / (W - 1): W = 1 divides by 0
+    # (verl raises), W < 1 makes it negative. The library's convention gives 0 there.
+    values = np.array([[1.0, 2.0, 4.0, 8.0]], np.float32)
+    for weights in ([[0.25, 0.25, 0.25, 0.25]], [[0.1, 0.2, 0.0, 0.3]], [[0.0, 1.0, 0.0, 0.0]]):
+        weights = np.array(weights, np.float32)
+        for convention, want in (("exact", 0.0), ("verl", np.nan), ("tunix", np.nan)):
+            got = np.asarray(rn.masked_whiten(values, weights, convention=convention))
+            np.testing.assert_array_equal(got, np.where(weights != 0, want, 0.0))
+        got = rn.masked_whiten(values, weights, convention="openrlhf")  # ddof 0: finite
+        assert_close(got, whiten_reference("openrlhf", values, weights))
+
+
+def test_traced_weights_out_of_range_give_nan_not_a_wrong_number():
+    values, mask = tokens(12)
+    weights = mask.astype(np.float32)
+    weights[2, 1] = -1.0
+    got = jax.jit(rn.masked_whiten)(values, weights)
+    assert np.isnan(np.asarray(got)[weights != 0]).all()
 
 
 def test_near_constant_values_far_from_zero_keep_float32_accuracy():
@@ -217,7 +288,12 @@ def test_whitening_under_jit_vmap_and_an_axis_name():
             lambda v, m: rn.masked_whiten(v, m, shift_mean="no"),  # type: ignore[arg-type]
             "shift_mean should be a bool",
         ),
-        (lambda v, m: rn.masked_whiten(v, m * 0.5), "mask holds 0.5; expected 0/1"),
+        (lambda v, m: rn.masked_whiten(v, m - 0.5), "mask holds -0.5; expected bools, 0/1"),
+        (lambda v, m: rn.masked_whiten(v, m * np.nan), "mask holds nan; expected bools, 0/1"),
+        (
+            lambda v, m: rn.masked_whiten(v, m.astype(np.float64) * 1e39),
+            r"mask holds inf; .*float32",
+        ),
         (lambda v, m: rn.masked_whiten(v[:, :3], m), r"values has shape \(8, 3\)"),
         (lambda v, m: rn.masked_whiten(v, True), "mask is a scalar"),
         (lambda v, m: rn.masked_whiten(v, m, axis_name=0), "axis_name should be None"),

@@ -293,26 +293,25 @@ def as_floating(name: str, value) -> jax.Array:
         return jnp.asarray(value.astype(dtype))
 
 
-def as_mask(name: str, mask) -> jax.Array:
-    """``mask`` as a bool array, after checking it holds flags, and only 0 and 1 where concrete.
+def as_weights(name: str, mask, dtype) -> jax.Array:
+    """``mask`` as per-position weights of ``dtype``: bools and 0/1 flags, or any weights >= 0.
 
-    Trainers keep their masks as bools, integers or floats; a concrete mask
-    with another value (a weight of 0.5) is refused, not read as True. A
-    traced mask cannot be read, and counts as True where nonzero.
+    Trainers multiply by their masks, so that a float mask weights each
+    position; the library takes a mask the same way, whether it is concrete
+    or traced. A concrete weight that is negative or not finite is refused; a
+    traced one becomes NaN, so that whatever it enters is NaN rather than a
+    wrong number.
 
     Raises:
       TypeError: for a mask of another dtype (strings, complex numbers).
-      ValueError: naming ``name`` and its first value other than 0 and 1.
+      ValueError: naming ``name`` and its first weight out of range.
     """
     if not _is_real_dtype(_dtype_of(mask)):
         raise TypeError(
-            f"{name} should hold bools or 0/1 numbers, one per position, got "
+            f"{name} should hold bools, 0/1 flags or weights >= 0, one per position, got "
             f"{name}={describe(mask)}."
         )
-    if not isinstance(mask, jax.core.Tracer):
-        marks = np.asarray(mask)
-        refuse_where(name, marks, (marks != 0) & (marks != 1), "0/1 or bool values")
-    return jnp.asarray(mask) != 0
+    return _non_negative(name, mask, dtype, "bools, 0/1 flags or finite weights >= 0")
 
 
 def as_lengths(name: str, lengths, dtype) -> jax.Array:
@@ -326,13 +325,22 @@ def as_lengths(name: str, lengths, dtype) -> jax.Array:
       ValueError: naming ``name`` and its first length out of range.
     """
     check_reward(name, lengths)
-    valid = f"finite lengths >= 0 (that fit {np.dtype(dtype).name})"
-    if not isinstance(lengths, jax.core.Tracer):
+    return _non_negative(name, lengths, dtype, "finite lengths >= 0")
+
+
+def _non_negative(name: str, values, dtype, valid: str) -> jax.Array:
+    """``values`` as ``dtype``; concrete ones refused unless finite and >= 0, traced ones NaN."""
+    if not isinstance(values, jax.core.Tracer):
         with np.errstate(over="ignore"):
-            values = np.asarray(lengths).astype(dtype)
-        refuse_where(name, values, ~(values >= 0) | np.isinf(values), valid)
-    lengths = jnp.asarray(lengths, dtype)
-    return jnp.where((lengths >= 0) & jnp.isfinite(lengths), lengths, jnp.nan)
+            concrete = np.asarray(values).astype(dtype)
+        refuse_where(
+            name,
+            concrete,
+            ~(concrete >= 0) | np.isinf(concrete),
+            f"{valid} (that fit {np.dtype(dtype).name})",
+        )
+    values = jnp.asarray(values, dtype)
+    return jnp.where((values >= 0) & jnp.isfinite(values), values, jnp.nan)
 
 
 def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:

@@ -13,11 +13,14 @@ rewards of a batch to advantages. With :math:`\bar r`, :math:`\sigma` and
     \text{grpo:}\ \frac{r - \bar r}{\sigma + \epsilon} \qquad
     \text{dr\_grpo, reinforce\_pp\_baseline:}\ r - \bar r \qquad
     \text{batch\_std:}\ \frac{r - \bar r}{\sigma_B + \epsilon} \qquad
-    \text{rloo:}\ \frac{n}{n - 1}(r - \bar r) \qquad
-    \text{opo:}\ r - \frac{\sum_j \ell_j r_j}{\sum_j \ell_j}
+    \text{rloo, rloo\_vectorized:}\ \frac{n}{n - 1}(r - \bar r) \qquad
+    \text{opo:}\ r - \frac{\sum_j \ell_j r_j}{\sum_j \ell_j} \qquad
+    \text{gpg:}\ \frac{\alpha}{f_\text{norm}} (r - \bar r)
 
-with :math:`\sigma_B` the standard deviation of the batch's rewards and
-:math:`\ell` the answers' lengths. ``gdpo`` takes one reward per reward
+with :math:`\sigma_B` the standard deviation of the batch's rewards,
+:math:`\ell` the answers' lengths, and :math:`\alpha = B / \max(m, 1)`, the
+batch's :math:`B` answers over its :math:`m` nonzero rewards (GPG's
+correction for groups without signal). ``gdpo`` takes one reward per reward
 function, standardizes each within its group as ``grpo`` does, sums them with
 ``reward_weights``, and standardizes the sums over the batch.
 """
@@ -58,6 +61,7 @@ class GroupAdvantageConfig(base.Config):
     groups_span_devices: bool | None = None
     reward_weights: Any = None  # a sequence of weights, stored as a tuple of floats
     standardize_batch: bool = False
+    f_norm: Any = None  # gpg's divisor, stored as a float
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self):
@@ -74,6 +78,7 @@ class GroupAdvantageConfig(base.Config):
         self._check_span()
         object.__setattr__(self, "reward_weights", self._checked_weights())
         self._check_standardize_batch()
+        object.__setattr__(self, "f_norm", self._checked_f_norm())
 
     def _check_groups(self, rules: Convention) -> None:
         if (self.group_size is None) == (self.num_groups is None):
@@ -117,6 +122,18 @@ class GroupAdvantageConfig(base.Config):
                 f"the batch already), got estimator={self.estimator!r}, "
                 f"convention={self.convention!r}."
             )
+
+    def _checked_f_norm(self) -> float | None:
+        if self.f_norm is None:
+            return None
+        if self.estimator != "gpg":
+            raise ValueError(
+                f"f_norm is for estimator='gpg', got estimator={self.estimator!r} with "
+                f"f_norm={self.f_norm!r}."
+            )
+        if not (checks.is_real(self.f_norm) and math.isfinite(self.f_norm) and self.f_norm > 0):
+            raise ValueError(f"f_norm should be a finite number > 0, got f_norm={self.f_norm!r}.")
+        return float(self.f_norm)
 
     def _checked_weights(self) -> tuple[float, ...] | None:
         if self.reward_weights is None:
@@ -167,6 +184,7 @@ def group_advantages(
     groups_span_devices: bool | None = None,
     reward_weights=None,
     standardize_batch: bool = False,
+    f_norm: float | None = None,
     axis_name=None,
 ) -> GroupAdvantageEstimator:
     r"""An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
@@ -200,8 +218,9 @@ def group_advantages(
     on the same inputs, near-constant groups included (the statistics are sums
     of deviations from a value of the group,
     :mod:`~rewardnorm_jax._src.llm.moments`); the unstandardized ones
-    (``dr_grpo``, ``rloo``, ``opo``, ``reinforce_pp_baseline``) within about
-    1e-6 of their group's spread. All of this holds wherever the dtype holds the
+    (``dr_grpo``, ``rloo``, ``rloo_vectorized``, ``opo``,
+    ``reinforce_pp_baseline``, ``gpg``) within about 1e-6 of their group's
+    spread. All of this holds wherever the dtype holds the
     group's squared deviations (in float32, spreads from about 1e-19 to 1e19;
     outside, the standardized advantages are NaN, never a wrong number).
     Non-finite rewards count as NaN. Everything is computed in the rewards'
@@ -212,20 +231,28 @@ def group_advantages(
     The trainers' estimators: TRL has ``grpo`` (``scale_rewards="group"``),
     ``dr_grpo`` (``"none"``), ``batch_std`` (``"batch"``), ``rloo`` and ``gdpo``
     (``multi_objective_aggregation="normalize_then_sum"``); verl ``grpo``,
-    ``dr_grpo`` (``norm_adv_by_std_in_grpo=False``), ``rloo``, ``opo``,
-    ``reinforce_pp_baseline`` and ``gdpo``, the last two before their
-    token-level whitening; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and
-    ``rloo``; OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
+    ``dr_grpo`` (``norm_adv_by_std_in_grpo=False``), ``rloo``,
+    ``rloo_vectorized``, ``opo``, ``reinforce_pp_baseline`` and ``gdpo``
+    (both before their token-level whitening) and ``gpg``; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and ``rloo``;
+    OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
     ``reinforce_pp_baseline`` (its ``reinforce_baseline``, before whitening).
-    ``exact`` has them all. verl's ``rloo`` is its loop version (a group of
-    one keeps its reward; ``rloo_vectorized`` gives it 0). In ``gdpo``, a NaN
-    from one reward function makes the answer's total NaN under ``exact``
-    (its advantage NaN), and counts as 0 under ``trl`` unless every function
-    is NaN.
+    ``exact`` has them all. verl has two RLOOs that differ for a group of one
+    answer: ``rloo`` (``compute_rloo_outcome_advantage``, a loop) keeps its
+    reward, ``rloo_vectorized`` (``compute_rloo_vectorized_outcome_advantage``)
+    gives it 0; under ``exact`` both give 0 and are the same estimator. ``gpg``
+    (``compute_gpg_outcome_advantage``) takes :math:`\alpha` from the whole
+    batch, across devices with an ``axis_name`` (verl overwrites its ``alpha``
+    argument so): under ``verl`` :math:`B` counts every answer and a NaN counts
+    as nonzero (``torch.count_nonzero``), and a group of one keeps :math:`\alpha
+    r / f_\text{norm}`; under ``exact`` both counts are of the valid answers,
+    and a group of one gives 0. In ``gdpo``, a NaN from one reward function
+    makes the answer's total NaN under ``exact`` (its advantage NaN), and counts
+    as 0 under ``trl`` unless every function is NaN.
 
     Args:
       estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
-        ``"opo"``, ``"reinforce_pp_baseline"`` or ``"gdpo"``.
+        ``"rloo_vectorized"``, ``"opo"``, ``"reinforce_pp_baseline"``,
+        ``"gdpo"`` or ``"gpg"``.
       convention: ``"exact"`` (the library's), or one trainer's:
         ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
       group_size: contiguous groups (Tunix, OpenRLHF): answers
@@ -241,9 +268,12 @@ def group_advantages(
       standardize_batch: standardize the advantages over the batch afterwards,
         :math:`(A - \bar A) / (\sigma_A + \epsilon)` over the valid answers
         (TRL RLOO's ``normalize_advantages``); ``exact`` and ``trl`` only.
+      f_norm: ``gpg`` only: the divisor :math:`f_\text{norm}`, finite and > 0
+        (default 1, verl's).
       axis_name: the axis of the devices that hold the batch (inside
         ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
-        ``gdpo``), and groups that span devices, are computed over all of them.
+        ``gdpo``, ``gpg``'s :math:`\alpha`), and groups that span devices, are
+        computed over all of them.
 
     Returns:
       A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
@@ -294,6 +324,7 @@ def group_advantages(
         groups_span_devices,
         reward_weights,
         standardize_batch,
+        f_norm,
         axis_name,
     )
 
@@ -346,17 +377,42 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
 def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
     """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled."""
     advantages = deviations(groups, stats, values)
+    own = values  # a group of one under the "own" rule: its mean taken as 0, its std as 1
     if estimator == "grpo":
         advantages = advantages / (groups.rows(std(stats, rules.ddof)) + rules.epsilon)
+        own = values / (1 + rules.epsilon)
     elif estimator == "batch_std":
         whole = layouts.Whole(config.axis_name)
         rewards = groups.flat(values)
         batch_std = std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
         advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
-    elif estimator == "rloo":
+    elif estimator in ("rloo", "rloo_vectorized"):
         count = groups.rows(stats.valid_count)
         advantages = advantages * (count / (count - 1))
-    return _settle(rules, estimator, groups, stats, values, advantages)
+        if estimator == "rloo_vectorized":  # its leave-one-out sum is 0 for a group of one
+            own = jnp.zeros_like(values)
+    elif estimator == "gpg":
+        scale = _gpg_scale(config, rules, groups, values)
+        advantages, own = advantages * scale, values * scale
+    return _settle(rules, groups, stats, advantages, own)
+
+
+def _gpg_scale(config, rules: Convention, groups, values) -> jax.Array:
+    r"""GPG's scale :math:`\alpha / f_\text{norm}`, the same for every answer of the batch.
+
+    :math:`\alpha = B / \max(\#\{r \ne 0\}, 1)`: the batch is every device's answers;
+    under ``"exact"`` its valid ones (an invalid reward is left out of both counts),
+    under verl's every answer (a NaN counts as nonzero, as ``torch.count_nonzero`` has
+    it).
+    """
+    whole = layouts.Whole(config.axis_name)
+    rewards = groups.flat(values)
+    counted = jnp.isfinite(rewards) if rules.invalid == "dropped" else jnp.ones(rewards.shape, bool)
+    answers, nonzero = whole.sums(
+        counted.astype(rewards.dtype), (counted & (rewards != 0)).astype(rewards.dtype)
+    )
+    alpha = whole.rows(answers / jnp.maximum(nonzero, 1))
+    return alpha / (config.f_norm or 1.0)
 
 
 def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
@@ -371,15 +427,14 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     return _invalid(rules, whole, batch, valid, standardized)
 
 
-def _settle(rules: Convention, estimator: str, groups, stats: Moments, rewards, advantages):
-    """Constant groups exactly 0; groups of one as the convention has them."""
+def _settle(rules: Convention, groups, stats: Moments, advantages, own):
+    """Constant groups exactly 0; groups of one as the convention has them (``own``: verl's)."""
     count = groups.rows(stats.valid_count)
     constant = groups.rows(stats.constant)
     advantages = jnp.where(constant & (count > 1), 0, advantages)
     if rules.singleton == "zero":
         return jnp.where(count == 1, 0, advantages)
-    if rules.singleton == "own":  # the mean taken as 0 and the standard deviation as 1
-        own = rewards / (1 + rules.epsilon) if estimator == "grpo" else rewards
+    if rules.singleton == "own":
         return jnp.where(count == 1, own, advantages)
     return jnp.where(count == 1, jnp.nan, advantages)  # "refused"
 

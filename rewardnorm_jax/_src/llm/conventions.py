@@ -10,7 +10,17 @@ exact value, 0.
 
 import dataclasses
 
-ESTIMATORS = ("grpo", "dr_grpo", "batch_std", "rloo", "opo", "reinforce_pp_baseline", "gdpo")
+ESTIMATORS = (
+    "grpo",
+    "dr_grpo",
+    "batch_std",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "reinforce_pp_baseline",
+    "gdpo",
+    "gpg",
+)
 """Every estimator, in the order of the documentation."""
 
 
@@ -65,7 +75,16 @@ CONVENTIONS = {
             1e-6,
             "own",
             "spreads",
-            ("grpo", "dr_grpo", "rloo", "opo", "reinforce_pp_baseline", "gdpo"),
+            (
+                "grpo",
+                "dr_grpo",
+                "rloo",
+                "rloo_vectorized",
+                "opo",
+                "reinforce_pp_baseline",
+                "gdpo",
+                "gpg",
+            ),
         ),
         Convention("tunix", 1, 1e-6, "refused", "spreads", ("grpo", "dr_grpo", "rloo")),
         Convention(

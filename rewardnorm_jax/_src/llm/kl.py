@@ -26,7 +26,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from rewardnorm_jax._src.core import checks
 
@@ -48,6 +47,8 @@ class KLConvention:
       k3_log_ratio_clip: ``k3`` clamps :math:`\delta` to this before its
         exponential, and its own estimate to ``k3_clip`` (verl).
       k3_clip: see ``k3_log_ratio_clip``.
+      weighs: what a mask's weight multiplies: ``"estimate"`` (verl's ``kld *
+        response_mask``) or ``"log_ratio"`` (OpenRLHF's ``compute_approx_kl``).
     """
 
     name: str
@@ -55,6 +56,7 @@ class KLConvention:
     clip: float | None = None
     k3_log_ratio_clip: float | None = None
     k3_clip: float | None = None
+    weighs: str = "estimate"
 
 
 KL_CONVENTIONS = {
@@ -62,7 +64,7 @@ KL_CONVENTIONS = {
     for convention in (
         KLConvention("exact", KL_ESTIMATORS),
         KLConvention("verl", KL_ESTIMATORS, k3_log_ratio_clip=20.0, k3_clip=10.0),
-        KLConvention("openrlhf", ("k1", "k2", "k3"), clip=10.0),
+        KLConvention("openrlhf", ("k1", "k2", "k3"), clip=10.0, weighs="log_ratio"),
         KLConvention("tunix", ("k1", "k2", "k3")),
     )
 }
@@ -78,7 +80,7 @@ def kl_estimate(
     convention: str = "exact",
     clip: float | None = None,
 ) -> jax.Array:
-    r"""Per-token estimates of KL(policy || reference); 0 where ``mask`` is False.
+    r"""Per-token estimates of KL(policy || reference), weighted by ``mask``; 0 where it is 0.
 
     Conventions:
 
@@ -96,10 +98,13 @@ def kl_estimate(
       log_probs: the policy's log-probabilities of the sampled tokens, real,
         any shape (computed in float32 at least).
       ref_log_probs: the reference policy's, of the same shape.
-      mask: the positions that count (response tokens), bool or 0/1, of the
-        same shape; ``None``: all. Masked-out positions give 0, whatever they
-        hold (``-inf`` padding included), with a gradient of 0. A traced mask
-        counts as True where nonzero.
+      mask: the positions that count (response tokens), bool or 0/1, or a
+        weight >= 0 per position, of the same shape; ``None``: all. Positions
+        of weight 0 give 0, whatever they hold (``-inf`` padding included),
+        with a gradient of 0. A weight multiplies the estimate (OpenRLHF's
+        convention: the log ratio, before the estimator), as the trainers
+        multiply by their masks, concrete or traced alike; a concrete weight
+        that is negative or not finite is refused, a traced one gives NaN.
       estimator: one of :data:`KL_ESTIMATORS`.
       convention: ``"exact"``, ``"verl"``, ``"openrlhf"`` or ``"tunix"``.
       clip: a symmetric clamp of every estimate (Tunix's ``clamp_value``),
@@ -119,10 +124,13 @@ def kl_estimate(
     """
     rules = _convention(convention, estimator)
     clip = rules.clip if clip is None else _check_clip(clip)
-    log_probs, ref_log_probs, mask = _check_inputs(log_probs, ref_log_probs, mask)
+    log_probs, ref_log_probs, weights = _check_inputs(log_probs, ref_log_probs, mask)
+    kept = weights != 0
     # The inputs at masked-out positions are replaced before any arithmetic, so that
     # neither their values nor their gradients can be NaN.
-    log_ratio = jnp.where(mask, log_probs, 0) - jnp.where(mask, ref_log_probs, 0)
+    log_ratio = jnp.where(kept, log_probs, 0) - jnp.where(kept, ref_log_probs, 0)
+    if rules.weighs == "log_ratio":
+        log_ratio = log_ratio * weights
     value = _estimate(rules, estimator.rstrip("+"), log_ratio, clip)
     if clip is not None:
         value = jnp.clip(value, -clip, clip)
@@ -132,7 +140,9 @@ def kl_estimate(
         value = jax.lax.stop_gradient(value) + jnp.where(
             jnp.isfinite(k2), k2 - jax.lax.stop_gradient(k2), 0
         )
-    return jnp.where(mask, value, 0)
+    if rules.weighs == "estimate":
+        value = value * weights
+    return jnp.where(kept, value, 0)
 
 
 def kl_penalized_rewards(
@@ -148,7 +158,7 @@ def kl_penalized_rewards(
 ) -> jax.Array:
     r"""Token rewards minus :math:`\beta` times the KL estimate, on the masked-in tokens.
 
-    :math:`r_t - \beta k_t` where ``mask`` holds and :math:`r_t` elsewhere, as
+    :math:`r_t - \beta m_t k_t` with :math:`m_t` the mask (a weight, or 0/1), as
     verl's ``apply_kl_penalty`` (``token_level_scores - beta * kld *
     response_mask``) and OpenRLHF's ``compute_reward`` compute it; ``beta``
     is fixed, as Tunix's and verl's defaults are. The options are those of
@@ -261,8 +271,9 @@ def _check_inputs(log_probs, ref_log_probs, mask):
     dtype = jnp.promote_types(log_probs.dtype, ref_log_probs.dtype)
     if mask is None:
         mask = jnp.ones(log_probs.shape, bool)
-    elif np.shape(mask) != log_probs.shape:
+    weights = checks.as_weights("mask", mask, dtype)
+    if weights.shape != log_probs.shape:
         raise ValueError(
-            f"mask has shape {np.shape(mask)}; expected log_probs' shape {log_probs.shape}."
+            f"mask has shape {weights.shape}; expected log_probs' shape {log_probs.shape}."
         )
-    return log_probs.astype(dtype), ref_log_probs.astype(dtype), checks.as_mask("mask", mask)
+    return log_probs.astype(dtype), ref_log_probs.astype(dtype), weights

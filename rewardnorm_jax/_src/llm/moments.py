@@ -41,24 +41,29 @@ import jax.numpy as jnp
 
 
 class Moments(NamedTuple):
-    """Per group: its valid count, shift, mean, sum of squares, and whether it is constant."""
+    """Per group: valid count and weight, shift, mean, sum of squares, whether it is constant."""
 
     valid_count: jax.Array  # valid answers
+    weight: jax.Array  # their total weight (the valid count without weights)
     shift: jax.Array  # c, a valid value of the group (0 for a group without one)
     mean: jax.Array  # the (weighted) mean of x - c
-    squares: jax.Array  # sum of squared deviations from the (weighted) mean; 0 if constant
+    squares: jax.Array  # (weighted) sum of squared deviations from the mean; 0 if constant
     constant: jax.Array  # bool: the valid values are all equal (or there are none)
 
 
 def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moments:
-    """The :class:`Moments` of ``values`` in the groups of ``layout``.
+    r"""The :class:`Moments` of ``values`` in the groups of ``layout``.
+
+    With weights :math:`w_i` (frequency weights: a weight counts as that many
+    repeated entries), every sum above weighs its entry by :math:`w_i` and
+    :math:`n` is :math:`W = \sum_i w_i`.
 
     Args:
       layout: a :mod:`~rewardnorm_jax._src.llm.layout` layout.
       values: floating values, one per answer (trailing axes hold independent
         values, each grouped alike).
       valid: bool, of ``values``' shape: the values that count.
-      weights: ``None``, or a weight per answer for the mean (OPO's lengths).
+      weights: ``None``, or a weight per answer (OPO's lengths, a weighted mask).
     """
     shift = layout.reference(values, valid)
     shifted = jnp.where(valid, values - layout.rows(shift), 0)
@@ -67,26 +72,28 @@ def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moment
         count, magnitude, total, squares = layout.sums(
             flags, jnp.abs(shifted), shifted, shifted * shifted
         )
-        weighted, weight = total, count
+        weight = count
     else:
         weights = jnp.where(valid, weights, 0).astype(values.dtype)
-        count, magnitude, total, squares, weighted, weight = layout.sums(
-            flags, jnp.abs(shifted), shifted, shifted * shifted, weights * shifted, weights
+        weighted = weights * shifted
+        count, magnitude, weight, total, squares = layout.sums(
+            flags, jnp.abs(shifted), weights, weighted, weighted * shifted
         )
-    mean = _ratio(weighted, weight)
+    mean = _ratio(total, weight)
     if weights is not None:  # valid answers of total weight 0 have no weighted mean
         mean = jnp.where((weight == 0) & (count > 0), jnp.nan, mean)
-    squares = squares - (2 * total - count * mean) * mean
+    squares = squares - (2 * total - weight * mean) * mean
     if not layout.one_pass:
         centred = jnp.where(valid, shifted - layout.rows(mean), 0)
-        sums = (centred, centred * centred) + (() if weights is None else (weights * centred,))
-        total, squares, *weighted = layout.sums(*sums)
-        correction = _ratio(weighted[0] if weighted else total, weight)
-        squares = squares - (2 * total - count * correction) * correction
+        weighted = centred if weights is None else weights * centred
+        total, squares = layout.sums(weighted, weighted * centred)
+        correction = _ratio(total, weight)
+        squares = squares - (2 * total - weight * correction) * correction
         mean = mean + correction
     constant = magnitude == 0
     return Moments(
         valid_count=count,
+        weight=weight,
         shift=shift,
         mean=jnp.where(constant, 0, mean),
         squares=jnp.where(constant, 0, jnp.maximum(squares, 0)),
@@ -100,13 +107,13 @@ def deviations(layout, moments: Moments, values: jax.Array) -> jax.Array:
 
 
 def variance(stats: Moments, ddof: int) -> jax.Array:
-    """The variance, with ``ddof`` delta degrees of freedom (NaN for too few values).
+    """The variance, with ``ddof`` delta degrees of freedom (NaN for too little weight).
 
     NaN also where the dtype cannot hold the group's sum of squares: a spread
     whose square overflows, or underflows to 0 in a group that is not constant.
     """
     out_of_range = ~jnp.isfinite(stats.squares) | ((stats.squares == 0) & ~stats.constant)
-    return jnp.where(out_of_range, jnp.nan, stats.squares / (stats.valid_count - ddof))
+    return jnp.where(out_of_range, jnp.nan, stats.squares / (stats.weight - ddof))
 
 
 def std(stats: Moments, ddof: int) -> jax.Array:

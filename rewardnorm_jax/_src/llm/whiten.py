@@ -1,22 +1,24 @@
 r"""Masked whitening: token values standardized over every masked-in token of the batch.
 
 PPO and REINFORCE-style trainers for language models whiten their token-level
-advantages over the batch's response tokens. With :math:`M` the masked-in
-positions, :math:`n = |M|`, and the mean and variance taken over :math:`M`:
+advantages over the batch's response tokens. With :math:`m_t \ge 0` the mask
+(0/1 flags, or weights), :math:`W = \sum_t m_t`, and the sums over the
+positions where :math:`m_t \ne 0`:
 
 .. math::
 
-    \bar x = \tfrac1n \textstyle\sum_{t \in M} x_t, \qquad
-    v = \tfrac{1}{n - \text{ddof}} \textstyle\sum_{t \in M} (x_t - \bar x)^2, \qquad
-    w_t = \frac{x_t - \bar x}{\sqrt{v}} \ \ (+\, \bar x \text{ if not shift\_mean})
+    \bar x = \tfrac1W \textstyle\sum_t m_t x_t, \qquad
+    v = \tfrac{1}{W - \text{ddof}} \textstyle\sum_t m_t (x_t - \bar x)^2, \qquad
+    y_t = \frac{x_t - \bar x}{\sqrt{v}} \ \ (+\, \bar x \text{ if not shift\_mean})
 
 where the trainers replace :math:`\sqrt v` by :math:`\sqrt{v + 10^{-8}}` (verl,
-Tunix) or :math:`\sqrt{\max(v, 10^{-8})}` (OpenRLHF, with ddof 0). Each
-trainer's rule is one :class:`WhiteningConvention`. The statistics are the
-group statistics of :mod:`~rewardnorm_jax._src.llm.moments` over one group,
-the batch (across devices with an ``axis_name``): a constant batch gives
-exactly 0, and a value at a masked-out position, NaN included, never reaches
-them.
+Tunix, which also divide both sums by :math:`W + 10^{-8}`) or
+:math:`\sqrt{\max(v, 10^{-8})}` (OpenRLHF, with ddof 0). Each trainer's rule
+is one :class:`WhiteningConvention`. The statistics are the group statistics
+of :mod:`~rewardnorm_jax._src.llm.moments` over one group, the batch (across
+devices with an ``axis_name``), weighted by the mask: a constant batch gives
+exactly 0 where no count epsilon moves the mean, and a value at a masked-out
+position, NaN included, never reaches them.
 """
 
 import dataclasses
@@ -39,8 +41,12 @@ class WhiteningConvention:
       epsilon: the variance's guard: added to it (``floor=False``), or its
         floor (``floor=True``); 0 for none.
       floor: whether ``epsilon`` is a floor, :math:`\max(v, \epsilon)`.
-      singleton: what a batch of one masked-in token gives: ``"zero"``, or
-        ``"refused"`` (NaN: verl raises, Tunix divides 0 by 0).
+      count_epsilon: added to the total weight :math:`W` that the mean and
+        the variance divide by (verl's and Tunix's ``masked_mean``); 0 for none.
+      singleton: what a batch of total weight ``ddof`` or less (one masked-in
+        token of a 0/1 mask) gives: ``"zero"``, or ``"refused"`` (NaN: verl
+        raises, Tunix divides 0 by 0, and a weight below 1 makes their
+        variance negative).
       invalid: what a NaN (or infinite) value at a masked-in position does:
         ``"dropped"`` (left out of the statistics, its output NaN) or
         ``"spreads"`` (every output of the batch NaN, as the trainers' sums do).
@@ -50,6 +56,7 @@ class WhiteningConvention:
     ddof: int
     epsilon: float
     floor: bool
+    count_epsilon: float
     singleton: str
     invalid: str
 
@@ -57,10 +64,10 @@ class WhiteningConvention:
 WHITENING = {
     convention.name: convention
     for convention in (
-        WhiteningConvention("exact", 1, 0.0, False, "zero", "dropped"),
-        WhiteningConvention("verl", 1, 1e-8, False, "refused", "spreads"),
-        WhiteningConvention("tunix", 1, 1e-8, False, "refused", "spreads"),
-        WhiteningConvention("openrlhf", 0, 1e-8, True, "zero", "spreads"),
+        WhiteningConvention("exact", 1, 0.0, False, 0.0, "zero", "dropped"),
+        WhiteningConvention("verl", 1, 1e-8, False, 1e-8, "refused", "spreads"),
+        WhiteningConvention("tunix", 1, 1e-8, False, 1e-8, "refused", "spreads"),
+        WhiteningConvention("openrlhf", 0, 1e-8, True, 0.0, "zero", "spreads"),
     )
 }
 """The whitening conventions by name: the library's ``"exact"`` and one per trainer."""
@@ -76,39 +83,52 @@ def masked_whiten(
 ) -> jax.Array:
     r"""``values`` whitened over the masked-in positions of the batch; 0 where masked out.
 
-    Conventions (``ddof``, the guard on the variance :math:`v`, one masked-in
+    Conventions (``ddof``, the guard on the variance :math:`v`, the count
+    epsilon, a mask of total weight ``ddof`` or less such as one masked-in
     token, a NaN at a masked-in position):
 
-    * ``"exact"`` (default): ddof 1, :math:`1/\sqrt v`, output 0, the NaN
-      left out of the statistics and its output NaN;
+    * ``"exact"`` (default): ddof 1, :math:`1/\sqrt v`, none, output 0, the
+      NaN left out of the statistics and its output NaN;
     * ``"verl"`` (``verl.utils.torch_functional.masked_whiten``) and
       ``"tunix"`` (``tunix.rl.algo_core.masked_whiten``): ddof 1,
-      :math:`1/\sqrt{v + 10^{-8}}`, NaN (verl raises; Tunix's Bessel factor
-      is 1/0, times a variance of 0), every masked-in output NaN;
+      :math:`1/\sqrt{v + 10^{-8}}`, the mean and the variance divide by
+      :math:`W + 10^{-8}` (their ``masked_mean``), NaN (verl raises for a
+      weight of 0 or 1; both divide by 0 there, and a weight below 1 makes
+      their variance negative), every masked-in output NaN;
     * ``"openrlhf"`` (its advantage normalization for ``gae``, ``reinforce``
       and ``reinforce_baseline``): ddof 0, :math:`1/\sqrt{\max(v, 10^{-8})}`,
-      output 0, every masked-in output NaN.
+      none, output 0, every masked-in output NaN.
 
-    In every convention a constant batch gives exactly 0 (``shift_mean=False``:
-    the constant), a batch without masked-in tokens gives 0 everywhere (verl
-    raises, OpenRLHF divides 0 by 0, Tunix multiplies by :math:`10^4`), and
-    values at masked-out positions are ignored: Tunix and OpenRLHF multiply
-    them by the mask, so that one NaN or inf there turns every output into
-    NaN, and verl's outputs at those positions are NaN. verl and Tunix add
-    ``1e-8`` to the count they divide by, which is below float32's resolution
-    for any count and is left out (a relative ``1e-8 / n`` in float64).
-    Without a guard (``"exact"``), a batch whose squared spread the dtype
-    cannot hold (beyond about 1e19 or below 1e-19 in float32) gives NaN.
+    A mask is taken as the trainers take it, multiplied in: bools and 0/1
+    flags select tokens, and any other weights :math:`m_t \ge 0` weigh them
+    (frequency weights: :math:`W = \sum_t m_t` stands for the count), concrete
+    or traced alike. A concrete weight that is negative or not finite is
+    refused; a traced one makes the outputs NaN. Each output is the whitened
+    value, not multiplied by its weight (verl's estimators multiply by the
+    mask afterwards).
+
+    A constant batch gives exactly 0 (``shift_mean=False``: the constant),
+    except under ``"verl"`` and ``"tunix"``: their count epsilon puts the
+    mean :math:`10^{-8} \bar x / (W + 10^{-8})` below the values, which the
+    guard scales to about :math:`10^{-4} \bar x / W` (their numbers in exact
+    arithmetic, in float32 as in float64). A batch without masked-in tokens
+    gives 0 everywhere (verl raises, OpenRLHF divides 0 by 0, Tunix
+    multiplies by :math:`10^4`), and values at masked-out positions are
+    ignored: Tunix and OpenRLHF multiply them by the mask, so that one NaN or
+    inf there turns every output into NaN, and verl's outputs at those
+    positions are NaN. Without a guard (``"exact"``), a batch whose squared
+    spread the dtype cannot hold (beyond about 1e19 or below 1e-19 in
+    float32) gives NaN.
 
     The outputs are targets, as in the trainers, which compute them without
-    gradients: no gradient flows back into ``values``. A traced mask counts
-    as True where nonzero; a concrete one must hold 0/1 values.
+    gradients: no gradient flows back into ``values``.
 
     Args:
       values: real values, of the mask's shape or broadcastable to it: token
         values ``(B, T)``, or one value per sequence ``(B, 1)`` spread over its
         tokens (REINFORCE++-baseline and GDPO whiten their sequence scores so).
-      mask: the positions that count (response tokens), bool or 0/1, any shape.
+      mask: the positions that count (response tokens), bool or 0/1, or a
+        weight :math:`\ge 0` per position; any shape.
       convention: ``"exact"``, ``"verl"``, ``"tunix"`` or ``"openrlhf"``.
       shift_mean: False adds the mean back after scaling (verl's option).
       axis_name: the mapped axis of the devices that hold the batch (inside
@@ -134,45 +154,68 @@ def masked_whiten(
     rules = WHITENING[checks.check_choice("convention", convention, tuple(WHITENING))]
     shift_mean = checks.check_bool("shift_mean", shift_mean)
     axis_name = rs.check_axis_name(axis_name)
-    values, mask = _check_inputs(values, mask)
+    values, weights = _check_inputs(values, mask)
     batch = layouts.Whole(axis_name)
-    flat, kept = values.reshape(-1), mask.reshape(-1)
+    flat, weights = values.reshape(-1), weights.reshape(-1)
+    kept = weights != 0
     valid = kept & jnp.isfinite(flat)
-    stats = moments(batch, flat, valid)
-    spread = variance(stats, rules.ddof)
-    if rules.epsilon:  # a variance that underflowed to 0 is 0 beside the guard
-        spread = jnp.where(stats.squares == 0, 0, spread)
+    stats = moments(batch, flat, valid, weights)
+    spread, offset = _spread(rules, stats)
     if rules.floor:
         spread = jnp.maximum(spread, rules.epsilon)
     elif rules.epsilon:
         spread = spread + rules.epsilon
-    whitened = deviations(batch, stats, flat) * jax.lax.rsqrt(batch.rows(spread))
-    # A constant batch's deviations are 0 by construction; without a guard, 0 * rsqrt(0) is NaN.
-    whitened = jnp.where(batch.rows(stats.constant), 0, whitened)
-    if rules.singleton == "refused":
-        whitened = jnp.where(batch.rows(stats.valid_count) == 1, jnp.nan, whitened)
+    whitened = (deviations(batch, stats, flat) + batch.rows(offset)) * jax.lax.rsqrt(
+        batch.rows(spread)
+    )
+    if not rules.count_epsilon:
+        # A constant batch's deviations are 0 by construction; without a guard, 0 * rsqrt(0) is NaN.
+        whitened = jnp.where(batch.rows(stats.constant), 0, whitened)
+    # Too little weight for the variance's degrees of freedom (one token of a 0/1 mask).
+    too_little = batch.rows(stats.weight <= rules.ddof)
+    whitened = jnp.where(too_little, jnp.nan if rules.singleton == "refused" else 0, whitened)
     if not shift_mean:
-        whitened = whitened + batch.rows(stats.shift + stats.mean)
+        whitened = whitened + batch.rows(stats.shift + stats.mean - offset)
     if rules.invalid == "dropped":
         whitened = jnp.where(valid, whitened, jnp.nan)
     else:  # "spreads": one invalid masked-in value makes every output NaN
         (invalid,) = batch.sums((kept & ~valid).astype(flat.dtype))
         whitened = jnp.where(batch.rows(invalid) > 0, jnp.nan, whitened)
-    return jnp.where(kept, whitened, 0).reshape(mask.shape)
+    return jnp.where(kept, whitened, 0).reshape(values.shape)
+
+
+def _spread(rules: WhiteningConvention, stats) -> tuple[jax.Array, jax.Array]:
+    r"""The convention's variance before its guard, and its mean's offset below the true mean.
+
+    A trainer that divides its sums by :math:`W + \epsilon_n` takes the mean
+    :math:`\bar x - \delta` with :math:`\delta = \epsilon_n \bar x / (W + \epsilon_n)`,
+    and the variance :math:`\frac{S + W \delta^2}{W + \epsilon_n} \frac{W}{W - \text{ddof}}`,
+    :math:`S` the weighted sum of squared deviations from :math:`\bar x`.
+    """
+    offset = jnp.zeros_like(stats.mean)
+    if rules.count_epsilon:
+        weight, epsilon = stats.weight, rules.count_epsilon
+        offset = epsilon * (stats.shift + stats.mean) / (weight + epsilon)
+        squares = (stats.squares + weight * offset * offset) * (weight / (weight + epsilon))
+        stats = stats._replace(squares=squares)
+    spread = variance(stats, rules.ddof)
+    if rules.epsilon:  # a variance that underflowed to 0 is 0 beside the guard
+        spread = jnp.where(stats.squares == 0, 0, spread)
+    return spread, offset
 
 
 def _check_inputs(values, mask) -> tuple[jax.Array, jax.Array]:
-    """Floating ``values`` broadcast to the mask's shape, and the mask as bools."""
+    """Floating ``values`` broadcast to the mask's shape, and the mask as weights of their dtype."""
     # Whitened advantages are targets: no gradient flows back into the values.
     values = jax.lax.stop_gradient(checks.as_floating("values", values))
-    mask = checks.as_mask("mask", mask)
-    if jnp.ndim(mask) == 0:
+    weights = checks.as_weights("mask", mask, values.dtype)
+    if weights.ndim == 0:
         raise ValueError("mask is a scalar; pass one entry per position, of the values' shape.")
-    same_rank = values.ndim == mask.ndim  # (B,) against (B, T) would spread along tokens
-    if not same_rank or checks.broadcast_shape(values.shape, mask.shape) != mask.shape:
+    same_rank = values.ndim == weights.ndim  # (B,) against (B, T) would spread along tokens
+    if not same_rank or checks.broadcast_shape(values.shape, weights.shape) != weights.shape:
         raise ValueError(
             f"values has shape {values.shape}, which does not broadcast to the mask's shape "
-            f"{mask.shape} with as many axes: pass token values of that shape, or one value "
-            f"per sequence of shape {(*mask.shape[:-1], 1)}."
+            f"{weights.shape} with as many axes: pass token values of that shape, or one value "
+            f"per sequence of shape {(*weights.shape[:-1], 1)}."
         )
-    return jnp.broadcast_to(values, mask.shape), mask
+    return jnp.broadcast_to(values, weights.shape), weights
