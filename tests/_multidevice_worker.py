@@ -11,7 +11,9 @@ device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
   semantics (in float32 also with ``decay`` and ``g_max``); ``gymnax`` runs the
   gymnax adapter under ``shard_map``; ``large_batch`` one update past float32's
   exact count; ``keyed`` per-task statistics on 2 and 8 devices; ``groups``
-  group advantages on 2 devices. It prints one
+  group advantages and ``whitening`` masked whitening on 2 devices, ``verl``
+  verl's estimators and weighted whitening on 2 devices against its float64
+  code. It prints one
   JSON object: for every run, the largest deviation from the single-device run
   and whether every participant ended with bit-identical statistics.
 * ``python -m tests._multidevice_worker distributed PORT PROCESS_ID`` is one of two
@@ -33,6 +35,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import rewardnorm_jax as rn
+from tests import group_reference, token_reference
 from tests.streams import scan_steps
 
 STEPS = 48
@@ -664,6 +667,68 @@ def whitening_runs() -> dict:
     return result
 
 
+def verl_runs() -> dict:
+    """Verl's GPG, vectorized RLOO and weighted whitening on 2 devices, against its float64 code.
+
+    ``shard_map`` on 2 devices over ragged ids spanning both, with a NaN
+    reward, in float32 and float64; and ``masked_whiten`` with a weighted
+    mask. Each row: the largest deviation from the float64 transcription of
+    verl's code (``tests/group_reference.py``, ``tests/token_reference.py``),
+    relative to ``|A| + 1``, and whether NaN match exactly.
+    """
+    mesh = Mesh(np.array(jax.devices()[:2]), ("device",))
+    rng = np.random.default_rng(2)
+    rewards = rng.standard_normal(64) * (rng.random(64) < 0.6)  # many exact zeros
+    rewards[5] = np.nan
+    ids = rng.integers(0, 12, 64).astype(np.int32)
+    values = rng.standard_normal((8, 24)) * 3 + 2
+    weights = rng.random((8, 24)) * 2 * (rng.random((8, 24)) < 0.7)
+    # float32 values, so that both dtypes and the reference see the same inputs
+    rewards, values, weights = (
+        x.astype(np.float32).astype(np.float64) for x in (rewards, values, weights)
+    )
+    want_tokens = token_reference.verl_masked_whiten(values, weights)
+    result: dict[str, dict] = {}
+    for dtype in ("float32", "float64"):
+        with jax.enable_x64(dtype == "float64"):
+            for estimator in ("gpg", "rloo_vectorized"):
+                want = group_reference.verl(rewards, ids, 12, estimator)
+                many = rn.group_advantages(
+                    estimator,
+                    convention="verl",
+                    num_groups=12,
+                    axis_name="device",
+                    groups_span_devices=True,
+                )
+                fn = jax.shard_map(
+                    partial(_apply_with_ids, many),
+                    mesh=mesh,
+                    in_specs=(P("device"), P("device")),
+                    out_specs=P("device"),
+                )
+                got = jax.jit(fn)(rewards.astype(dtype), ids).advantages
+                result[f"verl/{estimator}/{dtype}"] = _against(got, want)
+            whiten = partial(rn.masked_whiten, convention="verl", axis_name="device")
+            fn = jax.shard_map(
+                whiten, mesh=mesh, in_specs=(P("device"), P("device")), out_specs=P("device")
+            )
+            got = jax.jit(fn)(values.astype(dtype), weights.astype(dtype))
+            result[f"verl/weighted_whiten/{dtype}"] = _against(
+                got, np.where(weights != 0, want_tokens, 0)
+            )
+    return result
+
+
+def _against(got, want) -> dict:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    finite = ~np.isnan(want)
+    error = np.abs(got[finite] - want[finite]) / (np.abs(want[finite]) + 1)
+    return {
+        "error": float(error.max()),
+        "nan_match": bool(np.array_equal(np.isnan(got), ~finite)),
+    }
+
+
 def _apply_with_ids(estimate, rewards, group_ids):
     return estimate.apply(rewards, group_ids=group_ids)
 
@@ -689,6 +754,7 @@ if __name__ == "__main__":
             "popart": popart_runs,
             "groups": group_runs,
             "whitening": whitening_runs,
+            "verl": verl_runs,
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

@@ -36,8 +36,8 @@ def verl_masked_whiten(values, mask, shift_mean=True):
 
     mean = masked_mean(values)
     n = mask.sum()
-    if n <= 1:
-        raise ValueError("verl refuses a mask with fewer than two tokens")
+    if n in (0, 1):  # masked_var's two checks; a weight below 1 goes through
+        raise ValueError("verl refuses a mask that sums to 0 or 1")
     var = masked_mean((values - mean) ** 2) * n / (n - 1)
     whitened = (values - mean) / np.sqrt(var + 1e-8)
     return whitened if shift_mean else whitened + mean
@@ -106,8 +106,10 @@ def verl_kl(logprob, ref_logprob, name):
     return np.clip(np.exp(kl) - kl - 1, -10, 10)
 
 
-def openrlhf_kl(log_probs, log_probs_base, name):
+def openrlhf_kl(log_probs, log_probs_base, name, action_mask=None):
     log_ratio = log_probs.astype(np.float64) - log_probs_base.astype(np.float64)
+    if action_mask is not None:
+        log_ratio = log_ratio * action_mask
     if name == "k2":
         log_ratio = log_ratio**2 / 2.0
     elif name == "k3":

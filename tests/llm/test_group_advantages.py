@@ -329,7 +329,7 @@ def test_axis_name_under_vmap_equals_the_gathered_batch():
     rewards = make_rewards(rng, 16, 8)
     ids = ragged_ids(rng, rewards.size, 20)
     parts = 4
-    for estimator in ("batch_std", "grpo"):
+    for estimator in ("batch_std", "grpo", "gpg"):  # gpg: alpha over the whole batch
         whole = jax.jit(rn.group_advantages(estimator, group_size=8).apply)(rewards)
         split = rn.group_advantages(estimator, group_size=8, axis_name="d")
         got = jax.jit(jax.vmap(split.apply, axis_name="d"))(rewards.reshape(parts, -1))
@@ -395,6 +395,14 @@ def test_opo_weights_by_length():
         ({"num_groups": 4, "axis_name": "d"}, r"groups_span_devices=True"),
         ({"group_size": 4, "groups_span_devices": True}, r"groups_span_devices=True is for"),
         ({"group_size": 4, "reward_weights": (1.0,)}, r"reward_weights is for estimator='gdpo'"),
+        ({"group_size": 4, "f_norm": 2.0}, r"f_norm is for estimator='gpg'"),
+        ({"estimator": "gpg", "group_size": 4, "f_norm": 0}, r"f_norm should be a finite number"),
+        ({"estimator": "gpg", "group_size": 4, "f_norm": "2"}, r"f_norm should be a finite"),
+        (
+            {"estimator": "rloo_vectorized", "convention": "trl", "group_size": 4},
+            r"has no estimator 'rloo_vectorized'",
+        ),
+        ({"estimator": "gpg", "convention": "tunix", "group_size": 4}, r"has no estimator 'gpg'"),
         ({"estimator": "gdpo", "group_size": 4, "reward_weights": ()}, r"non-empty sequence"),
         (
             {"convention": "verl", "group_size": 4, "standardize_batch": True},
@@ -407,6 +415,46 @@ def test_options_are_checked(options, message):
     estimator = options.pop("estimator", "grpo")
     with pytest.raises(ValueError, match=message):
         rn.group_advantages(estimator, **options)
+
+
+def test_verl_rloo_keeps_a_singletons_reward_and_rloo_vectorized_gives_it_zero():
+    # verl-project/verl#7793: the loop and the vectorized RLOO disagree on groups of one.
+    rewards = np.array([1.0, 0.0, 1.0, 3.0, 0.5], np.float32)
+    ids = np.array([0, 0, 0, 1, 2])
+    loop, vectorized, exact = (
+        rn.group_advantages(estimator, convention=convention, num_groups=3)
+        .apply(rewards, group_ids=ids)
+        .advantages.tolist()
+        for estimator, convention in (
+            ("rloo", "verl"),
+            ("rloo_vectorized", "verl"),
+            ("rloo_vectorized", "exact"),
+        )
+    )
+    np.testing.assert_allclose(loop, [0.5, -1.0, 0.5, 3.0, 0.5], rtol=1e-6)
+    np.testing.assert_allclose(vectorized, [0.5, -1.0, 0.5, 0.0, 0.0], rtol=1e-6)
+    assert exact == vectorized
+
+
+def test_gpg_scales_by_the_batch_over_its_nonzero_rewards():
+    # 6 answers, 2 nonzero rewards and a NaN: verl counts the NaN as nonzero (alpha 6 / 3)
+    # and spreads it over its group; the library's convention leaves it out (alpha 5 / 2).
+    rewards = np.array([1.0, 0.0, 0.0, 2.0, np.nan, 0.0], np.float32)
+    ids = np.array([0, 0, 1, 1, 2, 2])
+    verl = rn.group_advantages("gpg", convention="verl", num_groups=3, f_norm=2.0)
+    np.testing.assert_allclose(
+        verl.apply(rewards, group_ids=ids).advantages,
+        np.array([0.5, -0.5, -1.0, 1.0, np.nan, np.nan]) * 6 / 3 / 2,
+    )
+    exact = rn.group_advantages("gpg", num_groups=3)
+    np.testing.assert_allclose(
+        exact.apply(rewards, group_ids=ids).advantages,
+        np.array([0.5, -0.5, -1.0, 1.0, np.nan, 0.0]) * 5 / 2,
+    )
+    # verl's group of one keeps alpha r / f_norm; all-zero rewards give alpha B / 1.
+    singles = rn.group_advantages("gpg", convention="verl", num_groups=4)
+    got = singles.apply(np.array([2.0, 0.0, 0.0, 0.0]), group_ids=np.arange(4)).advantages
+    np.testing.assert_allclose(got, [8.0, 0.0, 0.0, 0.0])
 
 
 def test_inputs_are_checked():

@@ -436,10 +436,32 @@ def test_kl_penalized_rewards_match_verl_and_are_not_poisoned():
     np.testing.assert_array_equal(np.asarray(got)[~mask], scores[~mask])
 
 
+def test_weighted_masks_weigh_the_estimate_or_openrlhfs_log_ratio():
+    # verl multiplies the estimate by the mask (kld * response_mask), OpenRLHF the log
+    # ratio before its estimator (compute_approx_kl); a traced mask is taken alike.
+    rng = np.random.default_rng(4)
+    logp, ref = log_probs(4)
+    weights = (rng.random(logp.shape) * 2 * (rng.random(logp.shape) < 0.7)).astype(np.float32)
+    scores = rng.random(logp.shape).astype(np.float32)
+    for estimator in ("k1", "k2", "k3"):
+        verl = reference.verl_kl(logp, ref, estimator) * weights
+        openrlhf = reference.openrlhf_kl(logp, ref, estimator, weights)
+        for convention, want in (("verl", verl), ("openrlhf", openrlhf)):
+            estimate = partial(rn.kl_estimate, estimator=estimator, convention=convention)
+            for got in (estimate(logp, ref, weights), jax.jit(estimate)(logp, ref, weights)):
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+        want = reference.verl_kl_in_reward(scores, logp, ref, weights, 0.05, estimator)
+        got = rn.kl_penalized_rewards(
+            scores, logp, ref, weights, beta=0.05, estimator=estimator, convention="verl"
+        )
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda lp, r: rn.kl_estimate(lp, r, estimator="k4"), "estimator should be one of"),
+        (lambda lp, r: rn.kl_estimate(lp, r, -1.0 * (r < 0)), "mask holds -1.0; expected bools"),
         (
             lambda lp, r: rn.kl_estimate(lp, r, estimator="abs", convention="openrlhf"),
             "convention='exact' has them all",

@@ -84,7 +84,7 @@ def _result(proc: subprocess.Popen, deadline: float) -> dict:
 def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
-        _start("matrix", "float32", "popart", "groups", devices=8),
+        _start("matrix", "float32", "popart", "groups", "verl", devices=8),
         _start(
             "matrix", "float64", *GYMNAX_SECTION, "large_batch", "keyed", "whitening", devices=8
         ),
@@ -230,6 +230,16 @@ def test_masked_whitening_across_devices_equals_one_device(runs, convention, shi
     row = runs["matrix"][f"whiten/{convention}/{shift_mean}"]
     assert row["finite"], row
     assert row["values"] <= TOLERANCE["float32"], row
+    assert row["nan_match"], row
+
+
+@pytest.mark.parametrize("case", ["gpg", "rloo_vectorized", "weighted_whiten"])
+@pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-5), ("float64", 1e-10)])
+def test_verl_parity_across_two_devices(runs, case, dtype, tolerance):
+    # shard_map on 2 devices, ids spanning both, a NaN reward, a weighted token mask:
+    # verl's float64 code on the whole batch, within 1e-5 (float32) or 1e-10 (float64) of |A| + 1.
+    row = runs["matrix"][f"verl/{case}/{dtype}"]
+    assert row["error"] <= tolerance, row
     assert row["nan_match"], row
 
 
