@@ -8,8 +8,10 @@ function on the same float32 inputs:
   ``(r - mean) / (std + eps)`` with each trainer's epsilon (TRL 1e-4, verl
   1e-6, OpenRLHF 1e-9), against ``rn.group_advantages``. Tunix runs the same
   formula in float64 NumPy, where these groups of float32 values give 0;
-* masked whitening of a constant batch of token values (exact 0): verl's and
-  Tunix's ``(x - mean) * rsqrt(var + 1e-8)``, against ``rn.masked_whiten``;
+* masked whitening of a constant batch of token values: verl's and Tunix's
+  ``(x - mean) * rsqrt(var + 1e-8)``, against ``rn.masked_whiten``; their mean
+  divides by the count plus 1e-8, so the exact value is not 0 but about
+  ``1e-4 c / n`` (computed in float64), and the rows give the distance from it;
 * the k3 KL estimate near the reference (exact value about d^2 / 2): the
   trainers' ``exp(d) - d - 1``, against ``rn.kl_estimate``; the error is
   relative to the float64 value.
@@ -76,16 +78,30 @@ def grpo_rows() -> list[tuple[str, str, float, float]]:
 
 
 def whitening_rows() -> list[tuple[str, str, float, float]]:
-    """The largest |whitened value| of constant batches of 64 x 256 tokens, ragged lengths."""
+    """The largest distance from the exact value, constant batches of 64 x 256 tokens."""
     rng = np.random.default_rng(0)
     mask = np.arange(256) < rng.integers(1, 257, (64, 1))
     upstream = library = 0.0
     for constant in CONSTANTS:
         values = np.full(mask.shape, constant, np.float32)
-        upstream = max(upstream, float(jnp.abs(_plain_whiten(values, mask)).max()))
+        exact = np.where(
+            mask, _exact_constant_whitening(float(np.float32(constant)), mask.sum()), 0
+        )
+        upstream = max(upstream, float(np.abs(_plain_whiten(values, mask) - exact).max()))
         out = rn.masked_whiten(values, mask, convention="verl")
-        library = max(library, float(jnp.abs(out).max()))
+        library = max(library, float(np.abs(out - exact).max()))
     return [("masked whitening, verl / tunix", "constant batches", upstream, library)]
+
+
+def _exact_constant_whitening(constant: float, count: int) -> float:
+    """Verl's and Tunix's whitening of ``count`` tokens of ``constant``, in exact arithmetic.
+
+    Their mean sits ``1e-8 c / (n + 1e-8)`` below the values; the variance of
+    that offset is below the 1e-8 guard.
+    """
+    offset = 1e-8 * constant / (count + 1e-8)
+    variance = count * offset**2 / (count + 1e-8) * count / (count - 1)
+    return offset / math.sqrt(variance + 1e-8)
 
 
 def k3_rows() -> list[tuple[str, str, float, float]]:

@@ -670,9 +670,10 @@ def whitening_runs() -> dict:
 def verl_runs() -> dict:
     """Verl's GPG, vectorized RLOO and weighted whitening on 2 devices, against its float64 code.
 
-    ``shard_map`` on 2 devices over ragged ids spanning both, with a NaN
-    reward, in float32 and float64; and ``masked_whiten`` with a weighted
-    mask. Each row: the largest deviation from the float64 transcription of
+    ``shard_map`` on 2 devices over ragged ids spanning both, groups of one
+    among them, with a NaN reward, and over contiguous groups (GPG with
+    ``f_norm=2``), in float32 and float64; and ``masked_whiten`` with a
+    weighted mask. Each row: the largest deviation from the float64 transcription of
     verl's code (``tests/group_reference.py``, ``tests/token_reference.py``),
     relative to ``|A| + 1``, and whether NaN match exactly.
     """
@@ -681,6 +682,7 @@ def verl_runs() -> dict:
     rewards = rng.standard_normal(64) * (rng.random(64) < 0.6)  # many exact zeros
     rewards[5] = np.nan
     ids = rng.integers(0, 12, 64).astype(np.int32)
+    ids[[0, 33, 50, 63]] = [12, 13, 14, 15]  # groups of one, on both devices
     values = rng.standard_normal((8, 24)) * 3 + 2
     weights = rng.random((8, 24)) * 2 * (rng.random((8, 24)) < 0.7)
     # float32 values, so that both dtypes and the reference see the same inputs
@@ -691,12 +693,21 @@ def verl_runs() -> dict:
     result: dict[str, dict] = {}
     for dtype in ("float32", "float64"):
         with jax.enable_x64(dtype == "float64"):
+            contiguous = rn.group_advantages(
+                "gpg", convention="verl", group_size=8, f_norm=2.0, axis_name="device"
+            )
+            fn = jax.shard_map(
+                contiguous.apply, mesh=mesh, in_specs=P("device"), out_specs=P("device")
+            )
+            want = group_reference.verl(rewards, np.arange(64) // 8, 8, "gpg", f_norm=2.0)
+            got = jax.jit(fn)(rewards.astype(dtype)).advantages
+            result[f"verl/gpg_contiguous/{dtype}"] = _against(got, want)
             for estimator in ("gpg", "rloo_vectorized"):
-                want = group_reference.verl(rewards, ids, 12, estimator)
+                want = group_reference.verl(rewards, ids, 16, estimator)
                 many = rn.group_advantages(
                     estimator,
                     convention="verl",
-                    num_groups=12,
+                    num_groups=16,
                     axis_name="device",
                     groups_span_devices=True,
                 )

@@ -139,12 +139,13 @@ def verl(
         sums = np.bincount(inv, weights=rewards)[inv]
         return ((c * rewards - sums) / np.maximum(c - 1, 1)) * (c > 1)
     if estimator == "gpg":  # alpha overwritten from the whole batch; f_norm's default 1
-        alpha = rewards.shape[0] / max(np.count_nonzero(rewards), 1)
+        # bsz / m.clamp(min=1): an int over an int64 tensor, torch's float32 quotient
+        alpha = np.float32(rewards.shape[0]) / np.float32(max(np.count_nonzero(rewards), 1))
         adv = np.empty_like(rewards)
         for idx in _groups(group_ids, num_groups):
             x = rewards[idx]
             mean = 0.0 if idx.size == 1 else x.mean()
-            adv[idx] = alpha * (x - mean) / f_norm
+            adv[idx] = np.float64(alpha) * (x - mean) / f_norm
         return adv
     if estimator == "gdpo":
         r2 = rewards.reshape(rewards.shape[0], -1)

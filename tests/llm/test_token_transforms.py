@@ -226,6 +226,19 @@ def test_a_weight_of_one_or_less_is_nan_where_the_trainers_divide_by_zero_or_les
         assert_close(got, whiten_reference("openrlhf", values, weights))
 
 
+def test_a_large_value_of_tiny_weight_costs_no_precision():
+    # The statistics are shifted by a value of the largest weight, not by the largest value.
+    values = np.array([[1e4, 0.01, -0.02, 0.005, 0.013, -0.007]], np.float32)
+    weights = np.array([[1e-30, 1, 1, 1, 1, 1]], np.float32)
+    for convention in WHITENING:
+        want = (
+            exact_whiten(values, weights)
+            if convention == "exact"
+            else whiten_reference(convention, values, weights)
+        )
+        assert_close(rn.masked_whiten(values, weights, convention=convention), want, 1e-5)
+
+
 def test_traced_weights_out_of_range_give_nan_not_a_wrong_number():
     values, mask = tokens(12)
     weights = mask.astype(np.float32)
@@ -248,6 +261,20 @@ def test_sequence_scores_spread_over_their_tokens():
     scores = values[:, :1]
     got = rn.masked_whiten(scores, mask)
     assert_close(got, exact_whiten(np.broadcast_to(scores, mask.shape), mask))
+
+
+def test_verl_reinforce_pp_baseline_with_a_weighted_mask():
+    # verl whitens score * mask and multiplies by the mask: with weights, so does the caller.
+    rng = np.random.default_rng(19)
+    mask = rng.random((12, 30)) * 2 * (np.arange(30) < rng.integers(3, 31, (12, 1)))
+    ids = rng.integers(0, 5, 12)
+    scores = rng.integers(0, 2, 12).astype(np.float64)
+    with jax.enable_x64(True):
+        baseline = rn.group_advantages("reinforce_pp_baseline", convention="verl", num_groups=5)
+        advantages = np.asarray(baseline.apply(scores, group_ids=ids).advantages)
+        tokens = advantages[:, None] * mask
+        got = rn.masked_whiten(tokens, mask, convention="verl") * mask
+        assert_close(got, reference.verl_reinforce_pp_baseline(scores, ids, mask), 1e-10)
 
 
 def test_reinforce_pp_baseline_and_gdpo_complete_on_the_whitening():
@@ -436,6 +463,13 @@ def test_kl_penalized_rewards_match_verl_and_are_not_poisoned():
     np.testing.assert_array_equal(np.asarray(got)[~mask], scores[~mask])
 
 
+def test_a_traced_beta_out_of_range_gives_nan():
+    logp, ref = log_probs()
+    penalized = jax.jit(lambda b: rn.kl_penalized_rewards(logp, logp, ref, beta=b))
+    assert np.isnan(np.asarray(penalized(-0.1))).all()
+    assert np.isfinite(np.asarray(penalized(0.1))).all()
+
+
 def test_weighted_masks_weigh_the_estimate_or_openrlhfs_log_ratio():
     # verl multiplies the estimate by the mask (kld * response_mask), OpenRLHF the log
     # ratio before its estimator (compute_approx_kl); a traced mask is taken alike.
@@ -450,6 +484,9 @@ def test_weighted_masks_weigh_the_estimate_or_openrlhfs_log_ratio():
             estimate = partial(rn.kl_estimate, estimator=estimator, convention=convention)
             for got in (estimate(logp, ref, weights), jax.jit(estimate)(logp, ref, weights)):
                 np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+            with jax.enable_x64(True):  # float64: the trainers' arithmetic to 1e-10
+                wide = [x.astype(np.float64) for x in (logp, ref, weights)]
+                np.testing.assert_allclose(estimate(*wide), want, rtol=1e-10, atol=1e-15)
         want = reference.verl_kl_in_reward(scores, logp, ref, weights, 0.05, estimator)
         got = rn.kl_penalized_rewards(
             scores, logp, ref, weights, beta=0.05, estimator=estimator, convention="verl"

@@ -233,10 +233,11 @@ def test_masked_whitening_across_devices_equals_one_device(runs, convention, shi
     assert row["nan_match"], row
 
 
-@pytest.mark.parametrize("case", ["gpg", "rloo_vectorized", "weighted_whiten"])
+@pytest.mark.parametrize("case", ["gpg", "gpg_contiguous", "rloo_vectorized", "weighted_whiten"])
 @pytest.mark.parametrize(("dtype", "tolerance"), [("float32", 1e-5), ("float64", 1e-10)])
 def test_verl_parity_across_two_devices(runs, case, dtype, tolerance):
-    # shard_map on 2 devices, ids spanning both, a NaN reward, a weighted token mask:
+    # shard_map on 2 devices, ids spanning both with groups of one, a NaN reward, contiguous
+    # groups with f_norm=2, a weighted token mask:
     # verl's float64 code on the whole batch, within 1e-5 (float32) or 1e-10 (float64) of |A| + 1.
     row = runs["matrix"][f"verl/{case}/{dtype}"]
     assert row["error"] <= tolerance, row

@@ -233,9 +233,10 @@ def group_advantages(
     (``multi_objective_aggregation="normalize_then_sum"``); verl ``grpo``,
     ``dr_grpo`` (``norm_adv_by_std_in_grpo=False``), ``rloo``,
     ``rloo_vectorized``, ``opo``, ``reinforce_pp_baseline`` and ``gdpo``
-    (both before their token-level whitening) and ``gpg``; Tunix ``grpo``, ``dr_grpo`` (its ``drgrpo``) and ``rloo``;
-    OpenRLHF ``grpo`` (its ``group_norm``), ``dr_grpo``, ``rloo`` and
-    ``reinforce_pp_baseline`` (its ``reinforce_baseline``, before whitening).
+    (both before their token-level whitening) and ``gpg``; Tunix ``grpo``,
+    ``dr_grpo`` (its ``drgrpo``) and ``rloo``; OpenRLHF ``grpo`` (its
+    ``group_norm``), ``dr_grpo``, ``rloo`` and ``reinforce_pp_baseline`` (its
+    ``reinforce_baseline``, before whitening).
     ``exact`` has them all. verl has two RLOOs that differ for a group of one
     answer: ``rloo`` (``compute_rloo_outcome_advantage``, a loop) keeps its
     reward, ``rloo_vectorized`` (``compute_rloo_vectorized_outcome_advantage``)
@@ -392,18 +393,19 @@ def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments,
         if estimator == "rloo_vectorized":  # its leave-one-out sum is 0 for a group of one
             own = jnp.zeros_like(values)
     elif estimator == "gpg":
-        scale = _gpg_scale(config, rules, groups, values)
-        advantages, own = advantages * scale, values * scale
+        alpha, f_norm = _gpg_alpha(config, rules, groups, values), config.f_norm or 1.0
+        # alpha first: an answer at its group's mean stays 0 whatever f_norm is.
+        advantages, own = advantages * alpha / f_norm, values * alpha / f_norm
     return _settle(rules, groups, stats, advantages, own)
 
 
-def _gpg_scale(config, rules: Convention, groups, values) -> jax.Array:
-    r"""GPG's scale :math:`\alpha / f_\text{norm}`, the same for every answer of the batch.
+def _gpg_alpha(config, rules: Convention, groups, values) -> jax.Array:
+    r"""GPG's :math:`\alpha`, the same for every answer of the batch.
 
     :math:`\alpha = B / \max(\#\{r \ne 0\}, 1)`: the batch is every device's answers;
     under ``"exact"`` its valid ones (an invalid reward is left out of both counts),
     under verl's every answer (a NaN counts as nonzero, as ``torch.count_nonzero`` has
-    it).
+    it), and the quotient is a float32, as torch's ``int / tensor`` is.
     """
     whole = layouts.Whole(config.axis_name)
     rewards = groups.flat(values)
@@ -411,8 +413,9 @@ def _gpg_scale(config, rules: Convention, groups, values) -> jax.Array:
     answers, nonzero = whole.sums(
         counted.astype(rewards.dtype), (counted & (rewards != 0)).astype(rewards.dtype)
     )
-    alpha = whole.rows(answers / jnp.maximum(nonzero, 1))
-    return alpha / (config.f_norm or 1.0)
+    if config.convention == "verl":  # torch divides its integer counts in float32
+        answers, nonzero = answers.astype(jnp.float32), nonzero.astype(jnp.float32)
+    return whole.rows(answers / jnp.maximum(nonzero, 1)).astype(rewards.dtype)
 
 
 def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
@@ -475,6 +478,8 @@ def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
     answers = rewards.shape[0]
     if config.estimator == "gdpo":
         _check_functions(config, rewards)
+    if config.f_norm is not None:
+        checks.check_fits("f_norm", config.f_norm, dtype)
     if config.group_size is not None:
         _check_contiguous(config, config.group_size, answers, group_ids)
     else:

@@ -170,7 +170,8 @@ def kl_penalized_rewards(
       log_probs: see :func:`kl_estimate`.
       ref_log_probs: see :func:`kl_estimate`.
       mask: see :func:`kl_estimate`.
-      beta: the KL coefficient, finite and >= 0; it may be traced (a schedule).
+      beta: the KL coefficient, finite and >= 0; it may be traced (a schedule: a traced
+        value out of range gives NaN).
       estimator: see :func:`kl_estimate`.
       convention: see :func:`kl_estimate`.
       clip: see :func:`kl_estimate`.
@@ -244,9 +245,10 @@ def _convention(convention, estimator) -> KLConvention:
 
 
 def _checked_beta(beta, dtype) -> jax.Array:
-    """``beta`` as a scalar of ``dtype``; a traced one (an annealed beta) is taken as it is."""
+    """``beta`` as a scalar of ``dtype``; a traced one (an annealed beta) out of range is NaN."""
     if isinstance(beta, jax.core.Tracer):
-        return jnp.asarray(beta, dtype)
+        beta = jnp.asarray(beta, dtype)
+        return jnp.where((beta >= 0) & jnp.isfinite(beta), beta, jnp.nan)
     if not (checks.is_real(beta) and math.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta should be a finite number >= 0, got beta={beta!r}.")
     checks.check_fits("beta", float(beta), dtype)

@@ -70,6 +70,10 @@ class Contiguous:
         zero = jnp.zeros((), values.dtype)
         return jax.lax.reduce((valid, values), (False, zero), _keep_valid, (1,))[1]
 
+    def largest(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """Each group's largest valid value (``-inf`` for a group without one)."""
+        return jnp.max(jnp.where(valid, values, -jnp.inf), axis=1)
+
     def rows(self, per_group: jax.Array) -> jax.Array:
         """``per_group`` broadcastable against the grouped values."""
         return per_group[:, None]
@@ -108,11 +112,16 @@ class Ragged:
         """Each group's number of answers, valid or not."""
         return self.sums(jnp.ones_like(values))[0]
 
-    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
-        """Each group's largest valid value, the same on every device (0 for none)."""
+    def largest(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """Each group's largest valid value, the same on every device (``-inf`` for none)."""
         largest = jax.ops.segment_max(jnp.where(valid, values, -jnp.inf), self.ids, self.num_groups)
         if self.axis_name is not None:  # one value for every device
             largest = jax.lax.pmax(largest, self.axis_name)
+        return largest
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """Each group's largest valid value, the same on every device (0 for none)."""
+        largest = self.largest(values, valid)
         return jnp.where(jnp.isfinite(largest), largest, 0)
 
     def rows(self, per_group: jax.Array) -> jax.Array:
@@ -144,11 +153,16 @@ class Whole:
         totals = tuple(total[None] for total in _sums(values, axis=0))
         return totals if self.axis_name is None else jax.lax.psum(totals, self.axis_name)
 
-    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
-        """The batch's largest valid value, the same on every device (0 for none)."""
+    def largest(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """The batch's largest valid value, shape ``(1, ...)``, the same on every device."""
         largest = jnp.where(valid, values, -jnp.inf).max(axis=0, keepdims=True, initial=-jnp.inf)
         if self.axis_name is not None:  # one value for every device
             largest = jax.lax.pmax(largest, self.axis_name)
+        return largest
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """The batch's largest valid value, the same on every device (0 for none)."""
+        largest = self.largest(values, valid)
         return jnp.where(jnp.isfinite(largest), largest, 0)
 
     def rows(self, per_group: jax.Array) -> jax.Array:

@@ -51,7 +51,9 @@ class Moments(NamedTuple):
     constant: jax.Array  # bool: the valid values are all equal (or there are none)
 
 
-def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moments:
+def moments(
+    layout, values: jax.Array, valid: jax.Array, weights=None, *, heaviest=False
+) -> Moments:
     r"""The :class:`Moments` of ``values`` in the groups of ``layout``.
 
     With weights :math:`w_i` (frequency weights: a weight counts as that many
@@ -64,8 +66,16 @@ def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moment
         values, each grouped alike).
       valid: bool, of ``values``' shape: the values that count.
       weights: ``None``, or a weight per answer (OPO's lengths, a weighted mask).
+      heaviest: shift by a value of the largest weight, whose distance to the
+        weighted mean is within the weighted spread whatever the other
+        weights are (a weighted mask, where a large value may weigh nothing).
     """
-    shift = layout.reference(values, valid)
+    candidates = valid
+    if weights is not None:
+        weights = jnp.where(valid, weights, 0).astype(values.dtype)
+        if heaviest:
+            candidates = valid & (weights == layout.rows(layout.largest(weights, valid)))
+    shift = layout.reference(values, candidates)
     shifted = jnp.where(valid, values - layout.rows(shift), 0)
     flags = valid.astype(values.dtype)
     if weights is None:
@@ -74,7 +84,6 @@ def moments(layout, values: jax.Array, valid: jax.Array, weights=None) -> Moment
         )
         weight = count
     else:
-        weights = jnp.where(valid, weights, 0).astype(values.dtype)
         weighted = weights * shifted
         count, magnitude, weight, total, squares = layout.sums(
             flags, jnp.abs(shifted), weights, weighted, weighted * shifted

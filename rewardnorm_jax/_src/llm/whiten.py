@@ -45,8 +45,8 @@ class WhiteningConvention:
         the variance divide by (verl's and Tunix's ``masked_mean``); 0 for none.
       singleton: what a batch of total weight ``ddof`` or less (one masked-in
         token of a 0/1 mask) gives: ``"zero"``, or ``"refused"`` (NaN: verl
-        raises, Tunix divides 0 by 0, and a weight below 1 makes their
-        variance negative).
+        raises, Tunix's Bessel factor is 1/0 at a weight of 1, and a weight
+        below 1 makes their variance negative).
       invalid: what a NaN (or infinite) value at a masked-in position does:
         ``"dropped"`` (left out of the statistics, its output NaN) or
         ``"spreads"`` (every output of the batch NaN, as the trainers' sums do).
@@ -93,8 +93,8 @@ def masked_whiten(
       ``"tunix"`` (``tunix.rl.algo_core.masked_whiten``): ddof 1,
       :math:`1/\sqrt{v + 10^{-8}}`, the mean and the variance divide by
       :math:`W + 10^{-8}` (their ``masked_mean``), NaN (verl raises for a
-      weight of 0 or 1; both divide by 0 there, and a weight below 1 makes
-      their variance negative), every masked-in output NaN;
+      weight of 0 or 1; at 1 their Bessel factor is 1/0, and below 1 it
+      makes their variance negative), every masked-in output NaN;
     * ``"openrlhf"`` (its advantage normalization for ``gae``, ``reinforce``
       and ``reinforce_baseline``): ddof 0, :math:`1/\sqrt{\max(v, 10^{-8})}`,
       none, output 0, every masked-in output NaN.
@@ -104,8 +104,10 @@ def masked_whiten(
     (frequency weights: :math:`W = \sum_t m_t` stands for the count), concrete
     or traced alike. A concrete weight that is negative or not finite is
     refused; a traced one makes the outputs NaN. Each output is the whitened
-    value, not multiplied by its weight (verl's estimators multiply by the
-    mask afterwards).
+    value, not multiplied by its weight. verl's REINFORCE++-baseline and GDPO
+    whiten ``score * mask`` and multiply the result by the mask: with a
+    weighted mask, ``masked_whiten(scores[:, None] * mask, mask, convention="verl")
+    * mask`` gives their numbers (with a 0/1 mask, ``scores[:, None]`` alone).
 
     A constant batch gives exactly 0 (``shift_mean=False``: the constant),
     except under ``"verl"`` and ``"tunix"``: their count epsilon puts the
@@ -159,7 +161,7 @@ def masked_whiten(
     flat, weights = values.reshape(-1), weights.reshape(-1)
     kept = weights != 0
     valid = kept & jnp.isfinite(flat)
-    stats = moments(batch, flat, valid, weights)
+    stats = moments(batch, flat, valid, weights, heaviest=True)
     spread, offset = _spread(rules, stats)
     if rules.floor:
         spread = jnp.maximum(spread, rules.epsilon)
