@@ -1,0 +1,347 @@
+r"""Categorical value targets: a distribution over a fixed support, learnt by cross-entropy.
+
+A categorical critic predicts logits over :math:`K` atoms :math:`z_1 < \dots < z_K`
+(the support) and reads its value as the expected atom. Its regression target
+:math:`y` becomes a distribution over the same atoms:
+
+* **two-hot** (MuZero, DreamerV3): the mass on the two atoms around :math:`y`,
+  linear in between, :math:`p_i = \frac{z_{i+1} - y}{z_{i+1} - z_i}`,
+  :math:`p_{i+1} = 1 - p_i` for :math:`z_i \le y \le z_{i+1}`, so that
+  :math:`\sum_k p_k z_k = y` to float rounding;
+* **HL-Gauss** (Imani and White, 2018; Farebrother et al., 2024): the mass
+  of :math:`\mathcal N(y, \sigma^2)` over each atom's bin,
+  :math:`p_k \propto \Phi\big(\frac{e_{k+1} - y}{\sigma}\big)
+  - \Phi\big(\frac{e_k - y}{\sigma}\big)`, bin edges :math:`e` midway between
+  atoms and half a bin beyond the ends.
+
+A :class:`Support` holds the atoms in the space the encoders work in:
+``"value"`` (the targets' own units) or ``"symlog"`` (DreamerV3: the atoms
+are uniform in :math:`\operatorname{symlog}(y)`, targets are encoded as
+:math:`\operatorname{symlog}(y)` and values decoded with :math:`\operatorname{symexp}`).
+Targets beyond the support are clipped to its end atoms (two-hot: all the
+mass on the end atom). Every function works under ``jit``, ``vmap`` and
+``grad``; the number of atoms is static.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.value.transforms import symexp, symlog
+
+SPACES = ("value", "symlog")
+"""The spaces a support's atoms may live in."""
+REDUCTIONS = ("mean", "sum", "none")
+"""How :func:`categorical_cross_entropy` reduces the per-target losses."""
+
+
+class Support(struct.PyTreeNode):
+    """The atoms of a categorical distribution, increasing along the last axis.
+
+    ``atoms`` has shape ``(K,)`` (one support) or ``(..., K)`` (one per
+    target: per-task bounds); ``space`` (static) is ``"value"`` or
+    ``"symlog"``, the space the atoms are in.
+    """
+
+    atoms: jax.Array
+    space: str = struct.field(pytree_node=False, default="value")
+
+    @property
+    def num_atoms(self) -> int:
+        """:math:`K`, static."""
+        return self.atoms.shape[-1]
+
+    @property
+    def values(self) -> jax.Array:
+        """The atoms in the targets' units (:func:`symexp` of them in ``"symlog"`` space)."""
+        return symexp(self.atoms) if self.space == "symlog" else self.atoms
+
+    def encode(self, targets: jax.Array) -> jax.Array:
+        """``targets`` in the atoms' space."""
+        return symlog(targets) if self.space == "symlog" else targets
+
+    def decode(self, encoded: jax.Array) -> jax.Array:
+        """The inverse of :meth:`encode`."""
+        return symexp(encoded) if self.space == "symlog" else encoded
+
+
+def uniform_support(lower, upper, num_atoms: int, *, space: str = "value", dtype=None) -> Support:
+    r"""``num_atoms`` atoms evenly spaced from ``lower`` to ``upper``, both included.
+
+    ``lower`` and ``upper`` may be arrays of one shape (a support per task, or
+    per target: atoms of shape ``(..., K)``), and traced. With
+    ``space="symlog"`` they are bounds in symlog space.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> rn.uniform_support(-1.0, 1.0, 5).atoms.tolist()
+      [-1.0, -0.5, 0.0, 0.5, 1.0]
+    """
+    checks.check_count("num_atoms", num_atoms, minimum=2)
+    checks.check_choice("space", space, SPACES)
+    _check_bounds(lower, upper)
+    dtype = rs.check_dtype(dtype)
+    lower, upper = jnp.broadcast_arrays(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype))
+    atoms = jnp.linspace(lower, upper, num_atoms, axis=-1, dtype=dtype)
+    return Support(atoms=atoms, space=space)
+
+
+def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> Support:
+    r"""DreamerV3's support: ``num_atoms`` atoms uniform in symlog space on ``[-limit, limit]``.
+
+    DreamerV3 uses 255 atoms on :math:`[-20, 20]`, values up to
+    :math:`\operatorname{symexp}(20) \approx 4.9 \cdot 10^8`.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> support = rn.symlog_support(5, limit=2.0)
+      >>> [round(v, 4) for v in support.values.tolist()]
+      [-6.3891, -1.7183, 0.0, 1.7183, 6.3891]
+    """
+    if not (checks.is_real(limit) and math.isfinite(limit) and limit > 0):
+        raise ValueError(f"limit should be a finite number > 0, got limit={limit!r}.")
+    return uniform_support(-limit, limit, num_atoms, space="symlog", dtype=dtype)
+
+
+def support(atoms, *, space: str = "value") -> Support:
+    """A support of any increasing atoms (at least 2, along the last axis).
+
+    Concrete atoms are checked finite and strictly increasing; traced ones
+    are taken as they are.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> rn.support([-10.0, -1.0, 0.0, 1.0, 10.0]).num_atoms
+      5
+    """
+    checks.check_choice("space", space, SPACES)
+    atoms = checks.as_floating("atoms", atoms)
+    if atoms.ndim == 0 or atoms.shape[-1] < 2:
+        raise ValueError(
+            f"atoms has shape {atoms.shape}; expected at least 2 atoms along the last axis."
+        )
+    if not isinstance(atoms, jax.core.Tracer):
+        concrete = np.asarray(atoms)
+        checks.refuse_where("atoms", concrete, ~np.isfinite(concrete), "finite atoms")
+        steps = np.diff(concrete, axis=-1)
+        checks.refuse_where("atoms", concrete[..., 1:], ~(steps > 0), "strictly increasing atoms")
+    return Support(atoms=atoms, space=space)
+
+
+def two_hot(targets, support: Support) -> jax.Array:
+    r"""Each target as the two-hot distribution over ``support``: shape ``(..., K)``.
+
+    The target (in the support's space) is clipped to the end atoms, and its
+    mass split between the two atoms around it, linearly, so that the
+    expected atom is the clipped target to float rounding, on any increasing
+    support, at every atom and at both ends. A NaN target gives a row of NaN.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> support = rn.uniform_support(0.0, 4.0, 5)
+      >>> rn.two_hot(2.25, support).tolist()
+      [0.0, 0.0, 0.75, 0.25, 0.0]
+    """
+    targets = _targets(targets, support)
+    below, weight = bracket(support.atoms, support.encode(targets))
+    return _spread(below, weight, support.num_atoms)
+
+
+def hl_gauss(targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75) -> jax.Array:
+    r"""Each target as the histogram of :math:`\mathcal N(y, \sigma^2)` over the atoms' bins.
+
+    Bin edges lie midway between atoms, and half a bin beyond the end atoms.
+    The Gaussian's mass in each bin, renormalised over the support's range,
+    is :math:`\frac{\operatorname{erf}(u_{k+1}) - \operatorname{erf}(u_k)}
+    {\operatorname{erf}(u_K) - \operatorname{erf}(u_0)}`, :math:`u_k = (e_k - y) / (\sqrt2 \sigma)`.
+    The target is clipped to the end atoms first, so that the
+    renormalisation never divides by a vanishing mass.
+
+    Args:
+      targets: real targets, any shape.
+      support: the :class:`Support` (its space: the Gaussian is in it).
+      sigma: the standard deviation, in the support's space; ``None``:
+        ``sigma_ratio`` times the mean bin width.
+      sigma_ratio: :math:`\sigma` over the bin width when ``sigma`` is None
+        (0.75, as Farebrother et al. recommend).
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> probs = rn.hl_gauss(0.0, rn.uniform_support(-2.0, 2.0, 5))
+      >>> [round(p, 4) for p in probs.tolist()]
+      [0.0223, 0.2299, 0.4954, 0.2299, 0.0223]
+    """
+    targets = _targets(targets, support)
+    atoms = support.atoms
+    if sigma is None:
+        ratio = checks.check_positive("sigma_ratio", sigma_ratio, atoms.dtype)
+        edges = _edges(atoms)  # the mean bin width: the edges' span over K
+        scale = ratio * (edges[..., -1] - edges[..., 0]) / support.num_atoms
+    else:
+        scale = checks.check_positive("sigma", sigma, atoms.dtype)
+    y = jnp.clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
+    scale = jnp.asarray(scale, atoms.dtype)[..., None]
+    # Edges minus the target from the atoms minus the target: exact near the target,
+    # where the Gaussian's mass changes fast (an edge rounded first would cost an ulp of it).
+    cdf = jax.scipy.special.erf(_edges(atoms - y[..., None]) / (math.sqrt(2) * scale))
+    mass = cdf[..., 1:] - cdf[..., :-1]
+    return mass / (cdf[..., -1:] - cdf[..., :1])
+
+
+def _edges(atoms: jax.Array) -> jax.Array:
+    """The bins' ``K + 1`` edges: midway between atoms, and half a bin beyond the end atoms."""
+    first = atoms[..., :1] - (atoms[..., 1:2] - atoms[..., :1]) / 2
+    last = atoms[..., -1:] + (atoms[..., -1:] - atoms[..., -2:-1]) / 2
+    return jnp.concatenate([first, (atoms[..., 1:] + atoms[..., :-1]) / 2, last], axis=-1)
+
+
+def decode_probs(probs, support: Support) -> jax.Array:
+    r"""The value of a distribution: its expected atom :math:`\sum_k p_k z_k`, in target units.
+
+    In ``"symlog"`` space, :math:`\operatorname{symexp}(\sum_k p_k z_k)`.
+    """
+    probs = checks.as_floating("probs", probs)
+    _check_atoms_axis("probs", probs, support)
+    return support.decode(jnp.sum(probs * support.atoms, axis=-1))
+
+
+def decode_logits(logits, support: Support) -> jax.Array:
+    r"""The value of logits: :func:`decode_probs` of their softmax (stable for large logits).
+
+    Logits narrower than float32 (bfloat16, float16) are decoded in float32.
+
+    Example:
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> support = rn.uniform_support(0.0, 4.0, 5)
+      >>> float(rn.decode_logits(np.log(rn.two_hot(2.25, support) + 1e-30), support))
+      2.25
+    """
+    logits = _wide(checks.as_floating("logits", logits))
+    _check_atoms_axis("logits", logits, support)
+    return decode_probs(jax.nn.softmax(logits, axis=-1), support)
+
+
+def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", where=None):
+    r"""The cross-entropy :math:`-\sum_k t_k \log \operatorname{softmax}(\ell)_k` of each row.
+
+    The target distributions are constants (no gradient flows into them), as
+    a critic's targets are. Logits narrower than float32 are computed in
+    float32.
+
+    Args:
+      logits: ``(..., K)`` the critic's logits.
+      targets: ``(..., K)`` target distributions (:func:`two_hot`,
+        :func:`hl_gauss`, :func:`~rewardnorm_jax.categorical_projection`).
+      reduction: ``"mean"`` (over the rows, or the rows where ``where`` is
+        True), ``"sum"`` or ``"none"`` (one loss per row).
+      where: optional bool ``(...)``: the rows that count.
+
+    Example:
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> targets = rn.two_hot(np.array([0.5, 3.0]), rn.uniform_support(0.0, 4.0, 5))
+      >>> loss = rn.categorical_cross_entropy(np.zeros((2, 5)), targets)
+      >>> round(float(loss), 4)  # log 5, for uniform logits
+      1.6094
+    """
+    checks.check_choice("reduction", reduction, REDUCTIONS)
+    logits = _wide(checks.as_floating("logits", logits))
+    targets = jax.lax.stop_gradient(checks.as_floating("targets", targets))
+    if targets.shape != logits.shape:
+        raise ValueError(
+            f"targets has shape {targets.shape}; expected the logits' shape {logits.shape}."
+        )
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    # A target of exactly 0 contributes 0, even where its log-probability is -inf.
+    losses = -jnp.sum(jnp.where(targets == 0, 0, targets * log_probs), axis=-1)
+    if where is not None:
+        where = jnp.asarray(where)
+        if where.shape != losses.shape:
+            raise ValueError(f"where has shape {where.shape}; expected {losses.shape}.")
+        losses = jnp.where(where, losses, 0)
+    if reduction == "none":
+        return losses
+    total = jnp.sum(losses)
+    if reduction == "sum":
+        return total
+    count = losses.size if where is None else jnp.sum(where)
+    return total / jnp.maximum(count, 1)
+
+
+def bracket(atoms: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each ``y``'s bracketing atoms: the index ``i`` below, the fraction of the way to ``i + 1``.
+
+    ``0 <= i <= K - 2``, ``y`` clipped to the end atoms first. ``atoms`` is
+    ``(K,)`` or ``(B, K)`` with ``y`` of shape ``(B, ...)``.
+    """
+    if atoms.ndim == 1:
+        below = jnp.searchsorted(atoms[1:-1], y, side="right")
+        lower, upper = atoms[below], atoms[below + 1]
+    else:
+        batch = atoms.reshape(-1, atoms.shape[-1])
+        flat = y.reshape(batch.shape[0], -1)
+        below = jax.vmap(lambda a, v: jnp.searchsorted(a[1:-1], v, side="right"))(batch, flat)
+        lower = jnp.take_along_axis(batch, below, axis=-1).reshape(y.shape)
+        upper = jnp.take_along_axis(batch, below + 1, axis=-1).reshape(y.shape)
+        below = below.reshape(y.shape)
+    clipped = jnp.clip(y, lower, upper)
+    return below, (clipped - lower) / (upper - lower)
+
+
+def _spread(below: jax.Array, weight: jax.Array, num_atoms: int) -> jax.Array:
+    """``1 - weight`` on atom ``below`` and ``weight`` on the next one, as a ``(..., K)`` row."""
+    index = jnp.arange(num_atoms)
+    lower = (index == below[..., None]).astype(weight.dtype)
+    upper = (index == below[..., None] + 1).astype(weight.dtype)
+    return lower * (1 - weight[..., None]) + upper * weight[..., None]
+
+
+def _targets(targets, support: Support) -> jax.Array:
+    """``targets`` as floats of the support's dtype, of a shape its atoms fit."""
+    if not isinstance(support, Support):
+        raise TypeError(
+            f"support should be a Support (uniform_support, symlog_support, support), got "
+            f"{type(support).__name__}."
+        )
+    targets = jnp.asarray(checks.check_reward("targets", targets), support.atoms.dtype)
+    batch = support.atoms.shape[:-1]
+    if batch and targets.shape[: len(batch)] != batch:
+        raise ValueError(
+            f"targets has shape {targets.shape}, but the support holds atoms of shape "
+            f"{support.atoms.shape}: one support per target, so targets' leading axes "
+            f"should be {batch}."
+        )
+    return targets
+
+
+def _check_atoms_axis(name: str, values: jax.Array, support: Support) -> None:
+    if values.ndim == 0 or values.shape[-1] != support.num_atoms:
+        raise ValueError(
+            f"{name} has shape {values.shape}; expected {support.num_atoms} entries along the "
+            "last axis, one per atom."
+        )
+
+
+def _check_bounds(lower, upper) -> None:
+    """Concrete bounds checked finite with ``lower < upper``; traced ones taken as they are."""
+    if isinstance(lower, jax.core.Tracer) or isinstance(upper, jax.core.Tracer):
+        return
+    low, high = (
+        np.asarray(checks.check_reward("lower", lower)),
+        np.asarray(checks.check_reward("upper", upper)),
+    )
+    checks.refuse_where("lower", low, ~np.isfinite(low), "finite bounds")
+    checks.refuse_where("upper", high, ~np.isfinite(high), "finite bounds")
+    if np.any(~(np.broadcast_to(low, np.broadcast_shapes(low.shape, high.shape)) < high)):
+        raise ValueError(f"lower should be < upper, got lower={lower!r}, upper={upper!r}.")
+
+
+def _wide(values: jax.Array) -> jax.Array:
+    """Values narrower than float32 as float32."""
+    return values.astype(jnp.promote_types(values.dtype, jnp.float32))

@@ -1,0 +1,115 @@
+r"""The C51 projection: a Bellman target distribution moved onto a fixed support.
+
+A distributional critic's target for a transition is the next state's
+distribution over atoms :math:`z_j`, with probabilities :math:`p_j`, moved to
+:math:`r + \gamma_t z_j` (:math:`\gamma_t = \gamma (1 - \text{terminated})`, a
+discount per sample). Those points fall between the atoms of the support, so
+each one's mass is split between the two atoms around it, linearly (Bellemare
+et al., 2017): the two-hot split of :mod:`~rewardnorm_jax._src.value.categorical`,
+applied to every moved atom and summed,
+
+.. math::
+
+    q_i = \sum_j p_j \, h_i\big(\operatorname{clip}(r + \gamma_t z_j, z_1, z_K)\big),
+
+:math:`h_i` the two-hot weight of atom :math:`i`. This is the projection that
+minimises the Cramér distance (rlax's ``categorical_l2_project``), computed in
+:math:`O(K)` per sample: each moved atom's two weights are scattered onto its
+two atoms, where rlax builds a :math:`K \times K` matrix. The mass is conserved
+(to float rounding), a moved atom that lands on an atom gives it all its mass,
+and the expected value is :math:`r + \gamma_t \sum_j p_j z_j` wherever no moved
+atom is clipped.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.value.categorical import Support, bracket
+
+
+def categorical_projection(
+    probs,
+    support: Support,
+    *,
+    rewards=0.0,
+    discounts=1.0,
+    source_support: Support | None = None,
+) -> jax.Array:
+    r"""``probs`` moved to ``rewards + discounts * atoms`` and projected onto ``support``.
+
+    Args:
+      probs: ``(..., K')`` the next state's probabilities (a softmax of the
+        target network's logits), over ``source_support``'s atoms.
+      support: the :class:`~rewardnorm_jax.Support` to project onto; its atoms
+        ``(K,)``, or ``(..., K)`` one per sample (per-task bounds).
+      rewards: ``(...)`` or a scalar: each sample's reward.
+      discounts: ``(...)`` or a scalar, >= 0: each sample's discount,
+        :math:`\gamma (1 - \text{terminated})` (0 at a terminal step; a
+        truncated step bootstraps from its final observation, with
+        :math:`\gamma`).
+      source_support: the atoms ``probs`` is over; ``None``: ``support``'s
+        (a support whose bounds moved is re-projected so, with
+        ``rewards=0`` and ``discounts=1``).
+
+    Returns:
+      ``(..., K)`` probabilities over ``support``'s atoms, in their dtype.
+
+    Example:
+      >>> import numpy as np
+      >>> import rewardnorm_jax as rn
+      >>> support = rn.uniform_support(-2.0, 2.0, 5)
+      >>> next_probs = np.array([0.0, 0.0, 1.0, 0.0, 0.0])  # all the mass at 0
+      >>> rn.categorical_projection(next_probs, support, rewards=0.5, discounts=0.9).tolist()
+      [0.0, 0.0, 0.5, 0.5, 0.0]
+    """
+    source = support if source_support is None else source_support
+    for name, value in (("support", support), ("source_support", source)):
+        if not isinstance(value, Support):
+            raise TypeError(f"{name} should be a Support, got {type(value).__name__}.")
+    dtype = support.atoms.dtype
+    probs = jnp.asarray(checks.as_floating("probs", probs), dtype)
+    if probs.ndim == 0 or probs.shape[-1] != source.num_atoms:
+        raise ValueError(
+            f"probs has shape {probs.shape}; expected {source.num_atoms} probabilities along "
+            "the last axis, one per atom of the source support."
+        )
+    batch = probs.shape[:-1]
+    rewards = _per_sample("rewards", rewards, batch, dtype)
+    discounts = _per_sample("discounts", discounts, batch, dtype)
+    if not isinstance(discounts, jax.core.Tracer):
+        checks.refuse_where("discounts", discounts, ~(discounts >= 0), "discounts >= 0")
+    moved = rewards[..., None] + discounts[..., None] * source.values
+    atoms = (
+        support.atoms
+        if support.atoms.ndim == 1
+        else jnp.broadcast_to(support.atoms, (*batch, support.num_atoms))
+    )
+    below, weight = bracket(atoms, support.encode(moved))
+    return _scatter(below, weight, probs, support.num_atoms)
+
+
+def _scatter(below: jax.Array, weight: jax.Array, probs: jax.Array, num_atoms: int):
+    """Each moved atom's mass, ``1 - weight`` onto atom ``below`` and ``weight`` onto the next."""
+    batch = probs.shape[:-1]
+    rows = jnp.arange(math.prod(batch))[:, None] * num_atoms
+    flat_below = (below.reshape(-1, below.shape[-1]) + rows).reshape(-1)
+    mass = probs.reshape(-1, probs.shape[-1])
+    lower = (mass * (1 - weight.reshape(mass.shape))).reshape(-1)
+    upper = (mass * weight.reshape(mass.shape)).reshape(-1)
+    total = jnp.zeros(rows.shape[0] * num_atoms, probs.dtype)
+    total = total.at[flat_below].add(lower).at[flat_below + 1].add(upper)
+    return total.reshape(*batch, num_atoms)
+
+
+def _per_sample(name: str, value, batch: tuple[int, ...], dtype) -> jax.Array:
+    """``value`` broadcast to the batch's shape, as floats of ``dtype``."""
+    value = jnp.asarray(checks.check_reward(name, value), dtype)
+    if checks.broadcast_shape(value.shape, batch) != batch:
+        raise ValueError(
+            f"{name} has shape {value.shape}; expected a scalar or one per sample, of shape "
+            f"{batch}."
+        )
+    return jnp.broadcast_to(value, batch)

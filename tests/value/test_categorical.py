@@ -1,0 +1,426 @@
+"""Categorical value targets against rlax, DreamerV3's bins and float64 references.
+
+rlax's ``transform_to_2hot`` and ``categorical_l2_project`` run on the same
+inputs; HL-Gauss is checked against the formula in float64 (``math.erf``
+differences); two-hot's decoding and the projection's mass over
+hypothesis-generated targets and supports.
+"""
+
+import math
+
+import hypothesis
+import hypothesis.extra.numpy as hnp
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import rlax
+
+import rewardnorm_jax as rn
+
+SUPPORTS = {
+    "uniform": lambda: rn.uniform_support(-10.0, 10.0, 51),
+    "symlog": lambda: rn.symlog_support(255),
+    "custom": lambda: rn.support([-100.0, -10.0, -1.0, -0.1, 0.0, 0.3, 3.0, 30.0, 300.0]),
+}
+
+
+def spacing(support):
+    """Float32 rounding of the atoms' magnitude: what an exact decoding is allowed."""
+    return 8 * np.finfo(np.float32).eps * np.abs(np.asarray(support.atoms)).max()
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPORTS))
+def test_two_hot_decodes_exactly_at_every_atom_both_ends_and_between(kind):
+    support = SUPPORTS[kind]()
+    atoms = np.asarray(support.atoms)
+    between = (atoms[1:] + atoms[:-1]) / 2
+    encoded = np.concatenate([atoms, between, atoms[:-1] + 0.1 * np.diff(atoms)])
+    targets = np.asarray(support.decode(jnp.asarray(encoded)))
+    probs = np.asarray(rn.two_hot(targets, support))
+    assert probs.dtype == np.float32
+    assert (probs >= 0).all()
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    # the expected atom is the target's encoding, and decodes back to the target
+    np.testing.assert_allclose(probs @ atoms, encoded, rtol=0, atol=spacing(support))
+    decoded = np.asarray(rn.decode_probs(probs, support))
+    np.testing.assert_allclose(decoded, targets, rtol=4e-6 if kind == "symlog" else 0, atol=1e-6)
+    if support.space == "value":  # a target on an atom: all its mass there
+        np.testing.assert_array_equal(probs[: len(atoms)], np.eye(len(atoms)))
+    # beyond the ends: clipped, all the mass on the end atom
+    outside = np.asarray(
+        rn.two_hot(support.decode(jnp.asarray([atoms[0] - 5, atoms[-1] + 5])), support)
+    )
+    np.testing.assert_array_equal(outside[:, [0, -1]], [[1, 0], [0, 1]])
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(
+    atoms=hnp.arrays(
+        np.float64, st.integers(2, 12), elements=st.floats(-1e4, 1e4), unique=True
+    ).map(np.sort),
+    targets=hnp.arrays(np.float64, 16, elements=st.floats(-2e4, 2e4)),
+)
+def test_two_hot_mass_and_decoding_over_any_support(atoms, targets):
+    atoms = atoms.astype(np.float32)
+    hypothesis.assume(np.all(np.diff(atoms) > 0))
+    support = rn.support(atoms)
+    probs = np.asarray(_two_hot(targets.astype(np.float32), support))
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-6)
+    clipped = np.clip(targets.astype(np.float32), atoms[0], atoms[-1])
+    np.testing.assert_allclose(probs @ atoms, clipped, rtol=0, atol=spacing(support) + 1e-6)
+
+
+_two_hot = jax.jit(rn.two_hot)
+
+
+def test_rlax_two_hot_is_biased_where_ours_decodes_exactly():
+    # rlax divides by (upper - lower + 1e-5): a relative 1e-5 / bin width of bias.
+    lower, upper, bins = 0.0, 0.1, 101  # bins of width 1e-3: rlax is off by about 1%
+    targets = jnp.linspace(0.0, 0.1, 997)[1:-1]
+    theirs = rlax.transform_from_2hot(
+        rlax.transform_to_2hot(targets, lower, upper, bins), lower, upper, bins
+    )
+    support = rn.uniform_support(lower, upper, bins)
+    ours = rn.decode_probs(rn.two_hot(targets, support), support)
+    assert np.abs(np.asarray(theirs - targets)).max() > 3e-6  # 0.3% of a bin, or more
+    np.testing.assert_allclose(ours, targets, rtol=0, atol=1e-7)
+    # rlax's non-linear two-hot (no epsilon) agrees with ours on a custom support
+    custom = rn.support([-3.0, -1.0, 0.0, 0.5, 4.0])
+    values = jnp.array([-2.5, -0.2, 0.25, 1.0, 3.9])
+    np.testing.assert_allclose(
+        rn.two_hot(values, custom),
+        rlax._src.transforms.transform_to_2hot_nonlinear(values, custom.atoms),
+        atol=1e-6,
+    )
+
+
+def hl_gauss_reference(targets, atoms, sigma):
+    """Float64 HL-Gauss from the formula: erf differences over the bins, renormalised."""
+    atoms = np.asarray(atoms, np.float64)
+    edges = np.concatenate(
+        [
+            [atoms[0] - (atoms[1] - atoms[0]) / 2],
+            (atoms[1:] + atoms[:-1]) / 2,
+            [atoms[-1] + (atoms[-1] - atoms[-2]) / 2],
+        ]
+    )
+    out = []
+    for y in np.clip(np.asarray(targets, np.float64), atoms[0], atoms[-1]):
+        cdf = np.array([math.erf((e - y) / (math.sqrt(2) * sigma)) for e in edges])
+        out.append(np.diff(cdf) / (cdf[-1] - cdf[0]))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "custom"])
+def test_hl_gauss_matches_the_float64_formula_within_1e_6(kind):
+    support = SUPPORTS[kind]()
+    atoms = np.asarray(support.atoms)
+    rng = np.random.default_rng(0)
+    targets = np.concatenate([rng.uniform(atoms[0] * 1.2, atoms[-1] * 1.2, 200), atoms])
+    targets = targets.astype(np.float32)  # the float32 inputs, in float64 for the reference
+    # the mean bin width: edges half a bin beyond the end atoms
+    width = (atoms[-1] - atoms[0] + (atoms[1] - atoms[0] + atoms[-1] - atoms[-2]) / 2) / len(atoms)
+    for sigma, options in ((0.75 * width, {}), (0.3 * width, {"sigma": 0.3 * width})):
+        got = np.asarray(rn.hl_gauss(targets, support, **options))
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, hl_gauss_reference(targets, atoms, sigma), atol=1e-6)
+        np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
+
+
+def test_dreamer_v3_bins_and_symlog_two_hot():
+    # DreamerV3: 255 bins uniform in symlog space on [-20, 20]; symlog two-hot, symexp decode.
+    support = rn.symlog_support()
+    np.testing.assert_array_equal(support.atoms, jnp.linspace(-20.0, 20.0, 255))
+    targets = jnp.array([-1e6, -3.0, 0.0, 0.7, 12345.0])
+    probs = rn.two_hot(targets, support)
+    np.testing.assert_allclose(probs @ support.atoms, rn.symlog(targets), atol=1e-5)
+    # float32 rounding of the atoms (up to 20), through symexp: a relative 2e-5 at most
+    np.testing.assert_allclose(rn.decode_probs(probs, support), targets, rtol=2e-5)
+
+
+def test_decoding_large_logits_is_stable_and_float32_for_narrow_dtypes():
+    support = rn.uniform_support(-1.0, 1.0, 5)
+    logits = jnp.array([[0.0, 0.0, 1e4, 0.0, 0.0], [-1e30, 0.0, 0.0, 0.0, 3e4]])
+    np.testing.assert_allclose(rn.decode_logits(logits, support), [0.0, 1.0])
+    narrow = rn.decode_logits(jnp.zeros((2, 5), jnp.bfloat16), support)
+    assert narrow.dtype == jnp.float32
+
+
+@pytest.fixture(scope="module")
+def projection_case():
+    rng = np.random.default_rng(3)
+    batch, atoms = 64, 51
+    z = np.sort(rng.uniform(-20, 20, atoms)).astype(np.float32)
+    z[atoms // 2] = 0.0
+    probs = rng.dirichlet(np.ones(atoms) * 0.3, batch).astype(np.float32)
+    rewards = rng.choice([0.0, 1.0, -2.5, 30.0], batch).astype(np.float32)
+    terminated = rng.random(batch) < 0.2
+    discounts = (0.97 * ~terminated).astype(np.float32)
+    return z, probs, rewards, discounts
+
+
+def test_projection_equals_rlax_l2_project(projection_case):
+    z, probs, rewards, discounts = projection_case
+    support = rn.support(z)
+    ours = rn.categorical_projection(probs, support, rewards=rewards, discounts=discounts)
+    theirs = jax.vmap(lambda p, r, d: rlax.categorical_l2_project(r + d * z, p, z))(
+        probs, rewards, discounts
+    )
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(ours).sum(-1), 1.0, atol=1e-6)  # mass conserved
+
+
+def test_projection_is_exact_where_a_moved_atom_lands_on_an_atom():
+    # b = (r + gamma z - v_min) / dz lands exactly on atoms: no mass lost (the l == u case).
+    support = rn.uniform_support(-10.0, 10.0, 21)
+    probs = np.random.default_rng(1).dirichlet(np.ones(21), 8).astype(np.float32)
+    rewards = np.arange(8, dtype=np.float32) - 4.0  # whole numbers: every moved atom on an atom
+    got = np.asarray(rn.categorical_projection(probs, support, rewards=rewards, discounts=1.0))
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
+    want = np.zeros_like(probs)
+    for row, shift in enumerate(rewards.astype(int)):  # atoms moved by whole steps, clipped
+        np.add.at(want[row], np.clip(np.arange(21) + shift, 0, 20), probs[row])
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_projection_keeps_the_expected_value_where_nothing_is_clipped():
+    support = rn.uniform_support(-50.0, 50.0, 101)
+    rng = np.random.default_rng(2)
+    probs = np.zeros((16, 101), np.float32)
+    probs[:, 40:61] = rng.dirichlet(np.ones(21), 16)  # mass on [-10, 10]
+    rewards = rng.uniform(-5, 5, 16).astype(np.float32)
+    got = rn.categorical_projection(probs, support, rewards=rewards, discounts=0.99)
+    want = rewards + 0.99 * rn.decode_probs(probs, support)
+    np.testing.assert_allclose(rn.decode_probs(got, support), want, atol=2e-5)
+
+
+def test_fast_td3_style_projection_loop_agrees(projection_case):
+    # The hand-rolled C51 projection (FastTD3's, with the l == u patch), written in JAX.
+    _, probs, rewards, discounts = projection_case
+    support = rn.uniform_support(-20.0, 20.0, 51)
+    got = rn.categorical_projection(probs, support, rewards=rewards, discounts=discounts)
+    np.testing.assert_allclose(
+        got, hand_rolled_c51(probs, rewards, discounts, -20.0, 20.0, 51), atol=2e-6
+    )
+
+
+def hand_rolled_c51(probs, rewards, discounts, v_min, v_max, num_atoms):
+    z = jnp.linspace(v_min, v_max, num_atoms)
+    dz = (v_max - v_min) / (num_atoms - 1)
+    tz = jnp.clip(rewards[:, None] + discounts[:, None] * z, v_min, v_max)
+    b = (tz - v_min) / dz
+    lower, upper = jnp.floor(b).astype(jnp.int32), jnp.ceil(b).astype(jnp.int32)
+    lower = jnp.where((upper > 0) & (lower == upper), lower - 1, lower)
+    upper = jnp.where((lower < num_atoms - 1) & (lower == upper), upper + 1, upper)
+    rows = jnp.arange(probs.shape[0])[:, None]
+    out = jnp.zeros_like(probs)
+    out = out.at[rows, lower].add(probs * (upper - b))
+    return out.at[rows, upper].add(probs * (b - lower))
+
+
+def test_loss_under_jit_grad_and_optax_with_targets_as_constants():
+    support = rn.uniform_support(-5.0, 5.0, 11)
+    targets = rn.hl_gauss(jnp.array([1.3, -2.0, 4.9]), support)
+    logits = jnp.zeros((3, 11))
+
+    def loss(logits, targets):
+        return rn.categorical_cross_entropy(logits, targets)
+
+    value, (grad_logits, grad_targets) = jax.jit(jax.value_and_grad(loss, (0, 1)))(logits, targets)
+    np.testing.assert_allclose(value, math.log(11), rtol=1e-6)
+    np.testing.assert_allclose(grad_logits, (jax.nn.softmax(logits) - targets) / 3, atol=1e-7)
+    np.testing.assert_array_equal(grad_targets, 0.0)  # stop-gradient on the targets
+    optimizer = optax.adam(0.1)
+
+    def train(carry, _):
+        params, state = carry
+        updates, state = optimizer.update(jax.grad(loss)(params, targets), state)
+        return (optax.apply_updates(params, updates), state), None
+
+    (params, _), _ = jax.lax.scan(train, (logits, optimizer.init(logits)), length=1000)
+    np.testing.assert_allclose(
+        rn.decode_logits(params, support), rn.decode_probs(targets, support), atol=2e-2
+    )
+    per_row = rn.categorical_cross_entropy(logits, targets, reduction="none")
+    assert per_row.shape == (3,)
+    masked = rn.categorical_cross_entropy(logits, targets, where=jnp.array([True, False, True]))
+    np.testing.assert_allclose(masked, per_row[0], rtol=1e-6)
+    narrow = rn.categorical_cross_entropy(logits.astype(jnp.bfloat16), targets, reduction="sum")
+    assert narrow.dtype == jnp.float32
+    np.testing.assert_allclose(narrow, 3 * math.log(11), rtol=1e-6)
+
+
+def test_vmap_over_per_sample_supports_equals_one_call_each():
+    bounds = jnp.array([1.0, 10.0, 100.0])
+    support = rn.uniform_support(-bounds, bounds, 21)  # one support per target
+    targets = jnp.array([0.37, -7.0, 250.0])
+    probs = rn.two_hot(targets, support)
+    for row in range(3):
+        one = rn.uniform_support(-bounds[row], bounds[row], 21)
+        np.testing.assert_allclose(probs[row], rn.two_hot(targets[row], one), atol=1e-7)
+    mapped = jax.vmap(lambda t, b: rn.two_hot(t, rn.uniform_support(-b, b, 21)))(targets, bounds)
+    np.testing.assert_allclose(mapped, probs, atol=1e-7)
+
+
+def test_a_nan_target_gives_a_nan_row():
+    support = rn.uniform_support(-1.0, 1.0, 5)
+    for encode in (rn.two_hot, rn.hl_gauss):
+        rows = np.asarray(encode(jnp.array([np.nan, 0.5]), support))
+        assert np.isnan(rows[0]).all()
+        assert np.isfinite(rows[1]).all()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: rn.uniform_support(1.0, 1.0, 5), "lower should be < upper"),
+        (lambda: rn.uniform_support(0.0, np.inf, 5), "upper holds inf; expected finite"),
+        (lambda: rn.uniform_support(0.0, 1.0, 1), "num_atoms should be an integer >= 2"),
+        (lambda: rn.uniform_support(0.0, 1.0, 5, space="log"), "space should be one of"),
+        (lambda: rn.support([0.0, 2.0, 1.0]), "atoms holds 1.0; expected strictly increasing"),
+        (lambda: rn.support([0.0]), "expected at least 2 atoms"),
+        (lambda: rn.symlog_support(5, limit=-1.0), "limit should be a finite number > 0"),
+        (lambda: rn.two_hot(0.0, [0.0, 1.0]), "support should be a Support"),
+        (lambda: rn.hl_gauss(0.0, rn.uniform_support(0.0, 1.0, 5), sigma=0.0), "sigma should"),
+        (lambda: rn.decode_probs(jnp.ones(4), rn.uniform_support(0.0, 1.0, 5)), "probs has shape"),
+        (
+            lambda: rn.categorical_cross_entropy(jnp.zeros((2, 5)), jnp.zeros((2, 4))),
+            "targets has shape",
+        ),
+        (
+            lambda: rn.categorical_cross_entropy(jnp.zeros(5), jnp.zeros(5), reduction="max"),
+            "reduction should be one of",
+        ),
+        (
+            lambda: rn.categorical_projection(
+                jnp.ones((2, 5)) / 5, rn.uniform_support(0.0, 1.0, 5), discounts=-0.5
+            ),
+            "discounts holds -0.5; expected discounts >= 0",
+        ),
+        (
+            lambda: rn.categorical_projection(
+                jnp.ones((2, 5)) / 5, rn.uniform_support(0.0, 1.0, 5), rewards=jnp.ones(3)
+            ),
+            r"rewards has shape \(3,\)",
+        ),
+    ],
+)
+def test_bad_input_is_refused_by_name(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+# Scale-aware supports -------------------------------------------------------------------
+
+
+def reward_state_after(returns_per_task, num_tasks=None):
+    """A normalize_reward(g_max=...) state that saw rewards whose |G| reach each task's value."""
+    statistics = rn.Statistics() if num_tasks is None else rn.Statistics(num_tasks=num_tasks)
+    norm = rn.normalize_reward(0.0, g_max=10.0, statistics=statistics)  # gamma 0: G = r
+    rewards = np.asarray(returns_per_task, np.float32)
+    state = norm.init(rewards.shape)
+    task = None if num_tasks is None else np.arange(rewards.size)
+    _, state = norm.step(state, rewards, False, False, task=task)
+    return state
+
+
+def test_scaled_support_follows_the_running_max_shared_and_per_task():
+    shared = rn.scaled_support(11, multiple=2.0)
+    state = shared.update(shared.init(), reward_state_after([3.0, -40.0]))
+    np.testing.assert_allclose(shared.support(state).atoms, np.linspace(-80, 80, 11), rtol=1e-6)
+    per_task = rn.scaled_support(11, num_tasks=3, minimum=5.0)
+    state = per_task.update(per_task.init(), reward_state_after([3.0, -40.0, 700.0], 3))
+    np.testing.assert_allclose(state.bound, [5.0, 40.0, 700.0])  # at least the minimum
+    task = jnp.array([2, 0, 1, 1])
+    atoms = per_task.support(state, task).atoms
+    assert atoms.shape == (4, 11)
+    np.testing.assert_allclose(atoms[:, -1], [700.0, 5.0, 40.0, 40.0])
+    # under vmap, one target and one task id at a time
+    targets = jnp.array([350.0, -1.0, 39.0, -100.0])
+    mapped = jax.vmap(lambda y, t: rn.two_hot(y, per_task.support(state, t)))(targets, task)
+    np.testing.assert_allclose(mapped, rn.two_hot(targets, per_task.support(state, task)))
+    decoded = rn.decode_probs(mapped, per_task.support(state, task))
+    np.testing.assert_allclose(decoded, [350.0, -1.0, 39.0, -40.0], atol=1e-4)  # -100 clipped
+
+
+def test_the_std_statistic_and_a_symlog_space():
+    norm = rn.normalize_reward(0.0)
+    state = norm.init((4,))
+    _, state = norm.step(state, np.array([-30.0, 10.0, 20.0, 0.0], np.float32), False, False)
+    scaled = rn.scaled_support(5, statistic="std", multiple=3.0, space="symlog")
+    bound = scaled.update(scaled.init(), state).bound
+    np.testing.assert_allclose(bound, 3 * np.sqrt(state.stats.var), rtol=1e-6)
+    support = scaled.support(scaled.update(scaled.init(), state))
+    assert support.space == "symlog"
+    np.testing.assert_allclose(support.values[-1], bound, rtol=1e-5)
+
+
+def test_frozen_bounds_keep_every_decoded_value_after_the_warm_up():
+    scaled = rn.scaled_support(21, warmup=2)
+    state = scaled.init()
+    logits = jax.random.normal(jax.random.key(0), (8, 21))
+    for returns in ([10.0], [30.0]):  # the warm-up: the bound follows the statistics
+        state = scaled.update(state, reward_state_after(returns))
+    assert float(state.bound) == 30.0
+    before = rn.decode_logits(logits, scaled.support(state))
+    state = scaled.update(state, reward_state_after([500.0]))  # after: frozen
+    assert float(state.bound) == 30.0
+    np.testing.assert_array_equal(rn.decode_logits(logits, scaled.support(state)), before)
+    # a return beyond the frozen bound is clipped to it
+    np.testing.assert_allclose(
+        rn.decode_probs(rn.two_hot(500.0, scaled.support(state)), scaled.support(state)), 30.0
+    )
+
+
+def test_re_projecting_onto_a_grown_support_keeps_the_expected_value():
+    old = rn.uniform_support(-10.0, 10.0, 51)
+    new = rn.uniform_support(-25.0, 25.0, 51)
+    probs = jax.nn.softmax(jax.random.normal(jax.random.key(1), (16, 51)) * 3)
+    moved = rn.categorical_projection(probs, new, source_support=old)
+    np.testing.assert_allclose(moved.sum(-1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(rn.decode_probs(moved, new), rn.decode_probs(probs, old), atol=1e-5)
+
+
+def test_scaled_support_state_checkpoints_and_refuses_another_layout():
+    scaled = rn.scaled_support(11, num_tasks=3, warmup=5)
+    state = scaled.update(scaled.init(), reward_state_after([3.0, -40.0, 700.0], 3))
+    data = rn.save_state(state, scaled.config)
+    restored = rn.load_state(scaled.init(), data, scaled.config)
+    np.testing.assert_array_equal(restored.bound, state.bound)
+    assert int(restored.updates) == 1
+    other = rn.scaled_support(11, num_tasks=4, warmup=5)
+    with pytest.raises(ValueError, match="num_tasks"):
+        rn.load_state(other.init(), data, other.config)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: rn.scaled_support(1), "num_atoms should be an integer >= 2"),
+        (lambda: rn.scaled_support(statistic="max"), "statistic should be one of"),
+        (lambda: rn.scaled_support(multiple=0.0), "multiple"),
+        (lambda: rn.scaled_support(warmup=0), "warmup should be an integer >= 1"),
+        (
+            lambda: rn.scaled_support().update(
+                rn.scaled_support().init(), rn.normalize_reward(0.9).init()
+            ),
+            "normalize_reward\\(..., g_max=G\\)",
+        ),
+        (
+            lambda: rn.scaled_support(num_tasks=2).update(
+                rn.scaled_support(num_tasks=2).init(), reward_state_after([1.0, 2.0, 3.0], 3)
+            ),
+            r"the reward statistics have shape \(3,\), the bound \(2,\)",
+        ),
+        (
+            lambda: rn.scaled_support(num_tasks=2).support(rn.scaled_support(num_tasks=2).init()),
+            "needs each task",
+        ),
+    ],
+)
+def test_scaled_support_options_are_checked(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
