@@ -720,10 +720,10 @@ def verl_runs() -> dict:
                 got = jax.jit(fn)(rewards.astype(dtype), ids).advantages
                 result[f"verl/{estimator}/{dtype}"] = _against(got, want)
             whiten = partial(rn.masked_whiten, convention="verl", axis_name="device")
-            fn = jax.shard_map(
+            sharded = jax.shard_map(
                 whiten, mesh=mesh, in_specs=(P("device"), P("device")), out_specs=P("device")
             )
-            got = jax.jit(fn)(values.astype(dtype), weights.astype(dtype))
+            got = jax.jit(sharded)(values.astype(dtype), weights.astype(dtype))
             result[f"verl/weighted_whiten/{dtype}"] = _against(
                 got, np.where(weights != 0, want_tokens, 0)
             )

@@ -140,7 +140,8 @@ def verl(
         return ((c * rewards - sums) / np.maximum(c - 1, 1)) * (c > 1)
     if estimator == "gpg":  # alpha overwritten from the whole batch; f_norm's default 1
         # bsz / m.clamp(min=1): an int over an int64 tensor, torch's float32 quotient
-        alpha = np.float32(rewards.shape[0]) / np.float32(max(np.count_nonzero(rewards), 1))
+        nonzero = max(int(np.count_nonzero(rewards)), 1)
+        alpha = np.float32(rewards.shape[0]) / np.float32(nonzero)
         adv = np.empty_like(rewards)
         for idx in _groups(group_ids, num_groups):
             x = rewards[idx]

@@ -453,10 +453,10 @@ def test_gpg_scales_by_the_batch_over_its_nonzero_rewards():
     )
     # f_norm applies after alpha, and must fit the rewards' dtype.
     tiny = rn.group_advantages("gpg", group_size=3, f_norm=1e-30)
-    got = tiny.apply(np.float32([0, 1, 2])).advantages  # alpha 3 / 2
+    got = tiny.apply(np.array([0, 1, 2], np.float32)).advantages  # alpha 3 / 2
     np.testing.assert_allclose(got, [-1.5e30, 0, 1.5e30], rtol=1e-6)
     with pytest.raises(ValueError, match=r"f_norm=1e-50 rounds to 0.0 in float32"):
-        rn.group_advantages("gpg", group_size=3, f_norm=1e-50).apply(np.float32([0, 1, 2]))
+        rn.group_advantages("gpg", group_size=3, f_norm=1e-50).apply(np.zeros(3, np.float32))
     # verl's group of one keeps alpha r / f_norm; all-zero rewards give alpha B / 1.
     singles = rn.group_advantages("gpg", convention="verl", num_groups=4)
     got = singles.apply(np.array([2.0, 0.0, 0.0, 0.0]), group_ids=np.arange(4)).advantages

@@ -217,13 +217,13 @@ def test_a_weight_of_one_or_less_is_nan_where_the_trainers_divide_by_zero_or_les
     # verl's and Tunix's unbiased variance multiplies by W / (W - 1): W = 1 divides by 0
     # (verl raises), W < 1 makes it negative. The library's convention gives 0 there.
     values = np.array([[1.0, 2.0, 4.0, 8.0]], np.float32)
-    for weights in ([[0.25, 0.25, 0.25, 0.25]], [[0.1, 0.2, 0.0, 0.3]], [[0.0, 1.0, 0.0, 0.0]]):
-        weights = np.array(weights, np.float32)
+    for rows in ([[0.25, 0.25, 0.25, 0.25]], [[0.1, 0.2, 0.0, 0.3]], [[0.0, 1.0, 0.0, 0.0]]):
+        weights = np.array(rows, np.float32)
         for convention, want in (("exact", 0.0), ("verl", np.nan), ("tunix", np.nan)):
             got = np.asarray(rn.masked_whiten(values, weights, convention=convention))
             np.testing.assert_array_equal(got, np.where(weights != 0, want, 0.0))
-        got = rn.masked_whiten(values, weights, convention="openrlhf")  # ddof 0: finite
-        assert_close(got, whiten_reference("openrlhf", values, weights))
+        finite = rn.masked_whiten(values, weights, convention="openrlhf")  # ddof 0: finite
+        assert_close(finite, whiten_reference("openrlhf", values, weights))
 
 
 def test_a_large_value_of_tiny_weight_costs_no_precision():

@@ -53,6 +53,8 @@ NEEDS = {
     "float32_residue": None,
     "purejaxrl_wrapper": "gymnax",
     "observation": None,  # Brax's column when Brax is installed
+    "categorical": None,
+    "categorical_learning": None,
 }
 
 
@@ -215,3 +217,31 @@ def test_observation(capsys):
             assert math.isnan(ours_brax_error)
         else:
             assert ours_brax_error < 1e-4
+
+
+def test_categorical(capsys):
+    rows = table_rows(
+        run_main(
+            "categorical",
+            ["--batch", "64", "--atoms", "11", "--repeats", "2", "--markdown"],
+            capsys,
+        )
+    )
+    operations = ["encode"] * 4 + ["decode"] * 2 + ["loss"] * 2 + ["projection"] * 3
+    assert [row[1] for row in rows] == operations
+    for row in rows:
+        assert_positive_numbers(row[3:5])
+        if row[2] not in ("library hl_gauss", "rlax transform_to_2hot"):
+            assert float(row[5]) <= 1e-5, row  # every other form agrees with the library's
+
+
+def test_categorical_learning(capsys):
+    out = run_main(
+        "categorical_learning", ["--seeds", "2", "--updates", "30", "--markdown"], capsys
+    )
+    rows = table_rows(out)
+    assert [row[0] for row in rows] == ["fixed [-10, 10]", "scale-aware", "hand-typed [-150, 150]"]
+    for row in rows:
+        mean, spread = row[1].split(" ± ")
+        assert_positive_numbers([mean])
+        assert float(spread) >= 0

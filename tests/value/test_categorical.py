@@ -173,6 +173,36 @@ def test_projection_equals_rlax_l2_project(projection_case):
     np.testing.assert_allclose(np.asarray(ours).sum(-1), 1.0, atol=1e-6)  # mass conserved
 
 
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(
+    atoms=hnp.arrays(np.float64, 9, elements=st.floats(-100, 100), unique=True).map(np.sort),
+    weights=hnp.arrays(np.float64, (4, 9), elements=st.floats(0, 1)),
+    rewards=hnp.arrays(np.float64, 4, elements=st.floats(-300, 300)),
+    discounts=hnp.arrays(np.float64, 4, elements=st.floats(0, 1)),
+)
+def test_projection_conserves_mass_over_any_support(atoms, weights, rewards, discounts):
+    atoms = atoms.astype(np.float32)
+    hypothesis.assume(np.all(np.diff(atoms) > 1e-3) and np.all(weights.sum(-1) > 0.1))
+    probs = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
+    support = rn.support(atoms)
+    got = np.asarray(
+        _project(probs, support, rewards.astype(np.float32), discounts.astype(np.float32))
+    )
+    assert (got >= 0).all()
+    np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
+    # the expected value moves as r + gamma * mean, where no moved atom is clipped
+    moved = rewards[:, None] + discounts[:, None] * atoms
+    inside = ((moved >= atoms[0]) & (moved <= atoms[-1])).all(-1)
+    want = rewards + discounts * (probs @ atoms)
+    scale = np.abs(atoms).max() + np.abs(rewards) + 1
+    np.testing.assert_allclose((got @ atoms)[inside], want[inside], atol=1e-5 * scale.max())
+
+
+_project = jax.jit(
+    lambda p, support, r, d: rn.categorical_projection(p, support, rewards=r, discounts=d)
+)
+
+
 def test_projection_is_exact_where_a_moved_atom_lands_on_an_atom():
     # b = (r + gamma z - v_min) / dz lands exactly on atoms: no mass lost (the l == u case).
     support = rn.uniform_support(-10.0, 10.0, 21)
@@ -271,6 +301,10 @@ def test_a_nan_target_gives_a_nan_row():
         rows = np.asarray(encode(jnp.array([np.nan, 0.5]), support))
         assert np.isnan(rows[0]).all()
         assert np.isfinite(rows[1]).all()
+    probs = jnp.full((2, 5), 0.2)
+    rows = np.asarray(rn.categorical_projection(probs, support, rewards=jnp.array([np.nan, 0.5])))
+    assert np.isnan(rows[0]).all()
+    assert np.isfinite(rows[1]).all()
 
 
 @pytest.mark.parametrize(
@@ -283,7 +317,7 @@ def test_a_nan_target_gives_a_nan_row():
         (lambda: rn.support([0.0, 2.0, 1.0]), "atoms holds 1.0; expected strictly increasing"),
         (lambda: rn.support([0.0]), "expected at least 2 atoms"),
         (lambda: rn.symlog_support(5, limit=-1.0), "limit should be a finite number > 0"),
-        (lambda: rn.two_hot(0.0, [0.0, 1.0]), "support should be a Support"),
+        (lambda: rn.two_hot(0.0, [0.0, 1.0]), "support should be a Support"),  # type: ignore[arg-type]
         (lambda: rn.hl_gauss(0.0, rn.uniform_support(0.0, 1.0, 5), sigma=0.0), "sigma should"),
         (lambda: rn.decode_probs(jnp.ones(4), rn.uniform_support(0.0, 1.0, 5)), "probs has shape"),
         (

@@ -183,9 +183,9 @@ def hl_gauss(targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75
         edges = _edges(atoms)  # the mean bin width: the edges' span over K
         scale = ratio * (edges[..., -1] - edges[..., 0]) / support.num_atoms
     else:
-        scale = checks.check_positive("sigma", sigma, atoms.dtype)
+        scale = jnp.asarray(checks.check_positive("sigma", sigma, atoms.dtype), atoms.dtype)
     y = jnp.clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
-    scale = jnp.asarray(scale, atoms.dtype)[..., None]
+    scale = scale[..., None]
     # Edges minus the target from the atoms minus the target: exact near the target,
     # where the Gaussian's mass changes fast (an edge rounded first would cost an ulp of it).
     cdf = jax.scipy.special.erf(_edges(atoms - y[..., None]) / (math.sqrt(2) * scale))

@@ -55,7 +55,8 @@ def categorical_projection(
         ``rewards=0`` and ``discounts=1``).
 
     Returns:
-      ``(..., K)`` probabilities over ``support``'s atoms, in their dtype.
+      ``(..., K)`` probabilities over ``support``'s atoms, in their dtype; a row
+      of NaN where the reward or a probability is NaN.
 
     Example:
       >>> import numpy as np
@@ -88,7 +89,10 @@ def categorical_projection(
         else jnp.broadcast_to(support.atoms, (*batch, support.num_atoms))
     )
     below, weight = bracket(atoms, support.encode(moved))
-    return _scatter(below, weight, probs, support.num_atoms)
+    projected = _scatter(below, weight, probs, support.num_atoms)
+    # A NaN reward or probability makes its whole row NaN, not two of its atoms.
+    invalid = jnp.isnan(rewards) | jnp.isnan(probs).any(axis=-1)
+    return jnp.where(invalid[..., None], jnp.nan, projected)
 
 
 def _scatter(below: jax.Array, weight: jax.Array, probs: jax.Array, num_atoms: int):
