@@ -6,11 +6,13 @@ either end with a reward of -100 (left) or +100 (right), discount 0.99: true
 values from -95 to +95 (solved exactly). 32 walkers in parallel, their
 episodes restarting from the middle.
 
-The critic is a table of logits over 51 atoms per state, trained by
-distributional TD(0): the target of each transition is the next state's
-distribution moved to :math:`r + \gamma_t z` and projected onto the support
-(``rn.categorical_projection``), the loss the cross-entropy, Adam 0.05, for
-3,000 updates; seeds vmapped in one jitted program per variant. Variants:
+The critic is a table of logits over 51 atoms per state, trained by TD(0)
+with two-hot targets: the target of each transition is the two-hot of
+:math:`r + \gamma_t V(s')`, :math:`V` the decoded value of the next state
+(``--target c51``: the next state's distribution moved to
+:math:`r + \gamma_t z` and projected, ``rn.categorical_projection``), the loss
+the cross-entropy, Adam 0.05, for 3,000 updates; seeds vmapped in one jitted
+program per variant. Variants:
 
 * ``fixed [-10, 10]``: FastTD3's default ``v_min`` / ``v_max``, the bounds a
   user copies when the rewards are of order 1;
@@ -26,7 +28,8 @@ over the last 1,000 updates.
 
 Usage::
 
-    python -m benchmarks.categorical_learning --markdown           # 5 seeds
+    python -m benchmarks.categorical_learning --markdown               # 5 seeds, two-hot
+    python -m benchmarks.categorical_learning --target c51 --markdown  # the C51 projection
     python -m benchmarks.categorical_learning --seeds 2 --updates 200  # a smoke run
 """
 
@@ -70,7 +73,7 @@ def walk(state, key):
     return reward, done, jnp.where(done, NUM_STATES // 2, nxt), jnp.clip(nxt, 0, NUM_STATES - 1)
 
 
-def make_train(variant: str, updates: int):
+def make_train(variant: str, updates: int, target_kind: str):
     """A jitted function of a seed's key: the RMSE after each update."""
     returns = rn.normalize_reward(GAMMA, g_max=10.0)
     scaled = rn.scaled_support(ATOMS, multiple=2.0, warmup=500)
@@ -92,10 +95,15 @@ def make_train(variant: str, updates: int):
         _, reward_state = returns.step(reward_state, reward, done, False)
         support_state = scaled.update(support_state, reward_state)
         support = support_of(support_state)
-        next_probs = jax.nn.softmax(logits[nxt])
-        target = rn.categorical_projection(
-            next_probs, support, rewards=reward, discounts=GAMMA * (1 - done)
-        )
+        discounts = GAMMA * (1 - done)
+        if target_kind == "c51":
+            next_probs = jax.nn.softmax(logits[nxt])
+            target = rn.categorical_projection(
+                next_probs, support, rewards=reward, discounts=discounts
+            )
+        else:
+            bootstrapped = reward + discounts * rn.decode_logits(logits[nxt], support)
+            target = rn.two_hot(bootstrapped, support)
         grads = jax.grad(loss)(logits, support, walkers, target)
         changes, opt_state = optimizer.update(grads, opt_state)
         logits = optax.apply_updates(logits, changes)
@@ -116,6 +124,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--updates", type=int, default=3000)
+    parser.add_argument("--target", choices=("two_hot", "c51"), default="two_hot")
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args(argv)
     keys = jax.random.split(jax.random.key(0), args.seeds)
@@ -123,7 +132,7 @@ def main(argv=None):
     rows = []
     for variant in ("fixed [-10, 10]", "scale-aware", "hand-typed [-150, 150]"):
         start = time.perf_counter()
-        errors = np.asarray(make_train(variant, args.updates)(keys))
+        errors = np.asarray(make_train(variant, args.updates, args.target)(keys))
         seconds = time.perf_counter() - start
         final, late = errors[:, -1], errors[:, -tail:].mean(axis=1)
         rows.append(
@@ -136,7 +145,8 @@ def main(argv=None):
         )
     headers = ["support", "RMSE at the end", f"RMSE, last {tail} updates", "seconds"]
     title = (
-        f"Categorical critic, random walk x{REWARD:g}, {args.seeds} seeds, {args.updates} updates"
+        f"Categorical critic ({args.target} targets), random walk x{REWARD:g}, "
+        f"{args.seeds} seeds, {args.updates} updates"
     )
     print_results(title, headers, rows, args.markdown, packages=("jax", "jaxlib", "optax"))
 

@@ -19,6 +19,7 @@ import pytest
 import rlax
 
 import rewardnorm_jax as rn
+from benchmarks.categorical import dreamer_two_hot
 
 SUPPORTS = {
     "uniform": lambda: rn.uniform_support(-10.0, 10.0, 51),
@@ -130,12 +131,30 @@ def test_hl_gauss_matches_the_float64_formula_within_1e_6(kind):
         np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
 
 
+def test_hl_gauss_with_given_edges_matches_the_formula():
+    support = rn.support([-1.0, 0.0, 2.0, 5.0])
+    edges = np.array([-3.0, -0.4, 1.0, 3.0, 9.0])
+    targets = np.array([-2.0, 0.3, 4.4, 12.0], np.float32)
+    got = np.asarray(rn.hl_gauss(targets, support, edges=edges, sigma=0.8))
+    want = []
+    for y in np.clip(targets.astype(np.float64), -1.0, 5.0):
+        cdf = np.array([math.erf((e - y) / (math.sqrt(2) * 0.8)) for e in edges])
+        want.append(np.diff(cdf) / (cdf[-1] - cdf[0]))
+    np.testing.assert_allclose(got, np.array(want), atol=1e-6)
+    with pytest.raises(ValueError, match=r"edges holds 1\.0; expected finite, strictly increasing"):
+        rn.hl_gauss(0.0, support, edges=[-3.0, -0.4, 1.0, 1.0, 9.0])
+    with pytest.raises(ValueError, match=r"edges has shape \(3,\); expected \(5,\)"):
+        rn.hl_gauss(0.0, support, edges=[-3.0, 1.0, 9.0])
+
+
 def test_dreamer_v3_bins_and_symlog_two_hot():
     # DreamerV3: 255 bins uniform in symlog space on [-20, 20]; symlog two-hot, symexp decode.
     support = rn.symlog_support()
     np.testing.assert_array_equal(support.atoms, jnp.linspace(-20.0, 20.0, 255))
     targets = jnp.array([-1e6, -3.0, 0.0, 0.7, 12345.0])
     probs = rn.two_hot(targets, support)
+    dreamer = dreamer_two_hot(rn.symlog(targets), jnp.linspace(-20.0, 20.0, 255))
+    np.testing.assert_allclose(probs, dreamer, atol=1e-5)
     np.testing.assert_allclose(probs @ support.atoms, rn.symlog(targets), atol=1e-5)
     # float32 rounding of the atoms (up to 20), through symexp: a relative 2e-5 at most
     np.testing.assert_allclose(rn.decode_probs(probs, support), targets, rtol=2e-5)
@@ -145,8 +164,10 @@ def test_decoding_large_logits_is_stable_and_float32_for_narrow_dtypes():
     support = rn.uniform_support(-1.0, 1.0, 5)
     logits = jnp.array([[0.0, 0.0, 1e4, 0.0, 0.0], [-1e30, 0.0, 0.0, 0.0, 3e4]])
     np.testing.assert_allclose(rn.decode_logits(logits, support), [0.0, 1.0])
-    narrow = rn.decode_logits(jnp.zeros((2, 5), jnp.bfloat16), support)
+    logits = jax.random.normal(jax.random.key(2), (3, 5)).astype(jnp.bfloat16)
+    narrow = rn.decode_logits(logits, support)
     assert narrow.dtype == jnp.float32
+    np.testing.assert_allclose(narrow, rn.decode_logits(logits.astype(jnp.float32), support))
 
 
 @pytest.fixture(scope="module")
@@ -175,14 +196,14 @@ def test_projection_equals_rlax_l2_project(projection_case):
 
 @hypothesis.settings(max_examples=30, deadline=None)
 @hypothesis.given(
-    atoms=hnp.arrays(np.float64, 9, elements=st.floats(-100, 100), unique=True).map(np.sort),
-    weights=hnp.arrays(np.float64, (4, 9), elements=st.floats(0, 1)),
+    start=st.floats(-100, 100),
+    gaps=hnp.arrays(np.float64, 8, elements=st.floats(0.01, 30)),
+    weights=hnp.arrays(np.float64, (4, 9), elements=st.floats(0.01, 1)),
     rewards=hnp.arrays(np.float64, 4, elements=st.floats(-300, 300)),
     discounts=hnp.arrays(np.float64, 4, elements=st.floats(0, 1)),
 )
-def test_projection_conserves_mass_over_any_support(atoms, weights, rewards, discounts):
-    atoms = atoms.astype(np.float32)
-    hypothesis.assume(np.all(np.diff(atoms) > 1e-3) and np.all(weights.sum(-1) > 0.1))
+def test_projection_conserves_mass_over_any_support(start, gaps, weights, rewards, discounts):
+    atoms = (start + np.concatenate([[0.0], np.cumsum(gaps)])).astype(np.float32)
     probs = (weights / weights.sum(-1, keepdims=True)).astype(np.float32)
     support = rn.support(atoms)
     got = np.asarray(
@@ -276,8 +297,10 @@ def test_loss_under_jit_grad_and_optax_with_targets_as_constants():
     )
     per_row = rn.categorical_cross_entropy(logits, targets, reduction="none")
     assert per_row.shape == (3,)
-    masked = rn.categorical_cross_entropy(logits, targets, where=jnp.array([True, False, True]))
+    masked = rn.categorical_cross_entropy(logits, targets, weights=jnp.array([True, False, True]))
     np.testing.assert_allclose(masked, per_row[0], rtol=1e-6)
+    weighted = rn.categorical_cross_entropy(logits, targets, weights=jnp.array([0.5, 0.5, 0.0]))
+    np.testing.assert_allclose(weighted, (per_row[0] + per_row[1]) / 2, rtol=1e-6)
     narrow = rn.categorical_cross_entropy(logits.astype(jnp.bfloat16), targets, reduction="sum")
     assert narrow.dtype == jnp.float32
     np.testing.assert_allclose(narrow, 3 * math.log(11), rtol=1e-6)
@@ -295,6 +318,39 @@ def test_vmap_over_per_sample_supports_equals_one_call_each():
     np.testing.assert_allclose(mapped, probs, atol=1e-7)
 
 
+def test_per_target_supports_pair_with_the_leading_axes():
+    # atoms (B, K) against targets (B, T): each row's support serves its T targets.
+    bounds = jnp.array([1.0, 20.0])
+    support = rn.uniform_support(-bounds, bounds, 5)
+    targets = jnp.array([[0.5, 0.25, -0.9], [15.0, 12.5, -3.0]])
+    for encode in (rn.two_hot, rn.hl_gauss):
+        got = encode(targets, support)
+        for row in range(2):
+            one = rn.uniform_support(-bounds[row], bounds[row], 5)
+            np.testing.assert_allclose(got[row], encode(targets[row], one), atol=1e-6)
+    probs = rn.two_hot(targets, support)
+    np.testing.assert_allclose(rn.decode_probs(probs, support), targets, atol=1e-5)
+    source = rn.uniform_support(-1.0, 1.0, 5)
+    moved = rn.categorical_projection(
+        probs, support, rewards=jnp.ones((2, 3)), source_support=support
+    )
+    for row in range(2):
+        one = rn.uniform_support(-bounds[row], bounds[row], 5)
+        want = rn.categorical_projection(probs[row], one, rewards=jnp.ones(3))
+        np.testing.assert_allclose(moved[row], want, atol=1e-6)
+    with pytest.raises(ValueError, match=r"probs' leading axes should be \(2,\)"):
+        rn.categorical_projection(jnp.ones((3, 5)) / 5, support, source_support=source)
+
+
+def test_a_target_on_an_atom_has_the_gradient_of_one_beside_it():
+    support = rn.uniform_support(-2.0, 2.0, 5)
+    at = jax.jacobian(lambda t: rn.two_hot(t, support))(0.0)
+    beside = jax.jacobian(lambda t: rn.two_hot(t, support))(0.001)
+    np.testing.assert_allclose(at, beside, atol=1e-6)
+    value = jax.grad(lambda t: rn.decode_probs(rn.two_hot(t, support), support))
+    np.testing.assert_allclose([value(0.0), value(2.0), value(-2.0)], 1.0)
+
+
 def test_a_nan_target_gives_a_nan_row():
     support = rn.uniform_support(-1.0, 1.0, 5)
     for encode in (rn.two_hot, rn.hl_gauss):
@@ -303,6 +359,10 @@ def test_a_nan_target_gives_a_nan_row():
         assert np.isfinite(rows[1]).all()
     probs = jnp.full((2, 5), 0.2)
     rows = np.asarray(rn.categorical_projection(probs, support, rewards=jnp.array([np.nan, 0.5])))
+    assert np.isnan(rows[0]).all()
+    assert np.isfinite(rows[1]).all()
+    project = jax.jit(lambda d: rn.categorical_projection(probs, support, discounts=d))
+    rows = np.asarray(project(jnp.array([np.nan, 0.5])))  # a traced NaN discount
     assert np.isnan(rows[0]).all()
     assert np.isfinite(rows[1]).all()
 
@@ -317,6 +377,24 @@ def test_a_nan_target_gives_a_nan_row():
         (lambda: rn.support([0.0, 2.0, 1.0]), "atoms holds 1.0; expected strictly increasing"),
         (lambda: rn.support([0.0]), "expected at least 2 atoms"),
         (lambda: rn.symlog_support(5, limit=-1.0), "limit should be a finite number > 0"),
+        (lambda: rn.symlog_support(5, limit=100.0), "limit=100.0 is beyond symlog"),
+        (lambda: rn.uniform_support(1.0, 1.0 + 1e-8, 3), "too close for num_atoms=3 in float32"),
+        (
+            lambda: rn.categorical_projection(
+                jnp.ones((2, 5)) / 5, rn.uniform_support(0.0, 1.0, 5), discounts=np.inf
+            ),
+            "discounts holds inf; expected finite discounts >= 0",
+        ),
+        (
+            lambda: rn.categorical_cross_entropy(jnp.zeros(()), jnp.zeros(())),
+            "logits is a scalar",
+        ),
+        (
+            lambda: rn.categorical_cross_entropy(
+                jnp.zeros((2, 5)), jnp.zeros((2, 5)), weights=jnp.array([1.0, -1.0])
+            ),
+            "weights holds -1.0",
+        ),
         (lambda: rn.two_hot(0.0, [0.0, 1.0]), "support should be a Support"),  # type: ignore[arg-type]
         (lambda: rn.hl_gauss(0.0, rn.uniform_support(0.0, 1.0, 5), sigma=0.0), "sigma should"),
         (lambda: rn.decode_probs(jnp.ones(4), rn.uniform_support(0.0, 1.0, 5)), "probs has shape"),
@@ -332,7 +410,7 @@ def test_a_nan_target_gives_a_nan_row():
             lambda: rn.categorical_projection(
                 jnp.ones((2, 5)) / 5, rn.uniform_support(0.0, 1.0, 5), discounts=-0.5
             ),
-            "discounts holds -0.5; expected discounts >= 0",
+            "discounts holds -0.5; expected finite discounts >= 0",
         ),
         (
             lambda: rn.categorical_projection(
@@ -418,6 +496,20 @@ def test_re_projecting_onto_a_grown_support_keeps_the_expected_value():
     np.testing.assert_allclose(rn.decode_probs(moved, new), rn.decode_probs(probs, old), atol=1e-5)
 
 
+def test_a_crafted_scaled_support_state_is_refused_by_load_state():
+    scaled = rn.scaled_support(11, num_tasks=2)
+    state = scaled.init()
+    for bound, message in ((np.nan, "bound holds nan"), (-1.0, "bound holds -1.0")):
+        crafted = state.replace(bound=jnp.array([1.0, bound], jnp.float32))
+        with pytest.raises(ValueError, match=message):
+            rn.load_state(state, rn.save_state(crafted, scaled.config), scaled.config)
+    crafted = state.replace(updates=jnp.array(-3, jnp.int32))
+    with pytest.raises(ValueError, match="updates holds -3"):
+        rn.load_state(state, rn.save_state(crafted, scaled.config), scaled.config)
+    with pytest.raises(TypeError, match="reward_state should be the state of a normalize_reward"):
+        scaled.update(state, {"stats": None})
+
+
 def test_scaled_support_state_checkpoints_and_refuses_another_layout():
     scaled = rn.scaled_support(11, num_tasks=3, warmup=5)
     state = scaled.update(scaled.init(), reward_state_after([3.0, -40.0, 700.0], 3))
@@ -436,7 +528,8 @@ def test_scaled_support_state_checkpoints_and_refuses_another_layout():
         (lambda: rn.scaled_support(1), "num_atoms should be an integer >= 2"),
         (lambda: rn.scaled_support(statistic="max"), "statistic should be one of"),
         (lambda: rn.scaled_support(multiple=0.0), "multiple"),
-        (lambda: rn.scaled_support(warmup=0), "warmup should be an integer >= 1"),
+        (lambda: rn.scaled_support(warmup=0), "warmup should be an integer in"),
+        (lambda: rn.scaled_support(warmup=2**31), "warmup should be an integer in"),
         (
             lambda: rn.scaled_support().update(
                 rn.scaled_support().init(), rn.normalize_reward(0.9).init()

@@ -88,6 +88,12 @@ def uniform_support(lower, upper, num_atoms: int, *, space: str = "value", dtype
     dtype = rs.check_dtype(dtype)
     lower, upper = jnp.broadcast_arrays(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype))
     atoms = jnp.linspace(lower, upper, num_atoms, axis=-1, dtype=dtype)
+    if not isinstance(atoms, jax.core.Tracer) and not np.all(np.diff(np.asarray(atoms)) > 0):
+        raise ValueError(
+            f"lower={lower!r} and upper={upper!r} are too close for num_atoms={num_atoms} in "
+            f"{np.dtype(dtype).name}: neighbouring atoms round to the same value. Pass bounds "
+            "further apart, fewer atoms, or dtype=float64."
+        )
     return Support(atoms=atoms, space=space)
 
 
@@ -105,6 +111,12 @@ def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> 
     """
     if not (checks.is_real(limit) and math.isfinite(limit) and limit > 0):
         raise ValueError(f"limit should be a finite number > 0, got limit={limit!r}.")
+    largest = float(jnp.finfo(rs.check_dtype(dtype)).max)
+    if limit > math.log1p(largest):
+        raise ValueError(
+            f"limit={limit!r} is beyond symlog of the dtype's largest value "
+            f"({math.log1p(largest):.4g}): its atoms' values would overflow."
+        )
     return uniform_support(-limit, limit, num_atoms, space="symlog", dtype=dtype)
 
 
@@ -152,15 +164,18 @@ def two_hot(targets, support: Support) -> jax.Array:
     return _spread(below, weight, support.num_atoms)
 
 
-def hl_gauss(targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75) -> jax.Array:
+def hl_gauss(
+    targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75, edges=None
+) -> jax.Array:
     r"""Each target as the histogram of :math:`\mathcal N(y, \sigma^2)` over the atoms' bins.
 
-    Bin edges lie midway between atoms, and half a bin beyond the end atoms.
-    The Gaussian's mass in each bin, renormalised over the support's range,
-    is :math:`\frac{\operatorname{erf}(u_{k+1}) - \operatorname{erf}(u_k)}
+    Bin edges lie midway between atoms, and half a bin beyond the end atoms
+    (or are given). The Gaussian's mass in each bin, renormalised over the
+    support's range, is :math:`\frac{\operatorname{erf}(u_{k+1}) - \operatorname{erf}(u_k)}
     {\operatorname{erf}(u_K) - \operatorname{erf}(u_0)}`, :math:`u_k = (e_k - y) / (\sqrt2 \sigma)`.
     The target is clipped to the end atoms first, so that the
-    renormalisation never divides by a vanishing mass.
+    renormalisation never divides by a vanishing mass. Supports and
+    :math:`\sigma` whose bins or :math:`u_k` overflow the dtype give NaN.
 
     Args:
       targets: real targets, any shape.
@@ -169,6 +184,8 @@ def hl_gauss(targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75
         ``sigma_ratio`` times the mean bin width.
       sigma_ratio: :math:`\sigma` over the bin width when ``sigma`` is None
         (0.75, as Farebrother et al. recommend).
+      edges: ``None``, or the ``K + 1`` increasing bin edges (in the
+        support's space), shared by every target.
 
     Example:
       >>> import rewardnorm_jax as rn
@@ -177,20 +194,37 @@ def hl_gauss(targets, support: Support, *, sigma=None, sigma_ratio: float = 0.75
       [0.0223, 0.2299, 0.4954, 0.2299, 0.0223]
     """
     targets = _targets(targets, support)
-    atoms = support.atoms
+    atoms = aligned(support.atoms, targets.ndim)
+    if edges is not None:
+        edges = _checked_edges(edges, support)
     if sigma is None:
         ratio = checks.check_positive("sigma_ratio", sigma_ratio, atoms.dtype)
-        edges = _edges(atoms)  # the mean bin width: the edges' span over K
-        scale = ratio * (edges[..., -1] - edges[..., 0]) / support.num_atoms
+        bins = _edges(atoms) if edges is None else edges
+        scale = ratio * (bins[..., -1] - bins[..., 0]) / support.num_atoms  # the mean bin width
     else:
         scale = jnp.asarray(checks.check_positive("sigma", sigma, atoms.dtype), atoms.dtype)
-    y = jnp.clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
-    scale = scale[..., None]
+    y = _clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
     # Edges minus the target from the atoms minus the target: exact near the target,
     # where the Gaussian's mass changes fast (an edge rounded first would cost an ulp of it).
-    cdf = jax.scipy.special.erf(_edges(atoms - y[..., None]) / (math.sqrt(2) * scale))
+    offsets = _edges(atoms - y[..., None]) if edges is None else edges - y[..., None]
+    cdf = jax.scipy.special.erf(offsets / (math.sqrt(2) * scale[..., None]))
     mass = cdf[..., 1:] - cdf[..., :-1]
     return mass / (cdf[..., -1:] - cdf[..., :1])
+
+
+def _checked_edges(edges, support: Support) -> jax.Array:
+    """``edges`` as ``K + 1`` floats of the support's dtype; concrete ones finite and increasing."""
+    edges = jnp.asarray(checks.check_reward("edges", edges), support.atoms.dtype)
+    if edges.shape != (support.num_atoms + 1,):
+        raise ValueError(
+            f"edges has shape {edges.shape}; expected ({support.num_atoms + 1},): the "
+            f"{support.num_atoms} bins' edges, shared by every target."
+        )
+    if not isinstance(edges, jax.core.Tracer):
+        concrete = np.asarray(edges)
+        bad = ~np.isfinite(concrete[1:]) | ~(np.diff(concrete) > 0)
+        checks.refuse_where("edges", concrete[1:], bad, "finite, strictly increasing edges")
+    return edges
 
 
 def _edges(atoms: jax.Array) -> jax.Array:
@@ -207,7 +241,8 @@ def decode_probs(probs, support: Support) -> jax.Array:
     """
     probs = checks.as_floating("probs", probs)
     _check_atoms_axis("probs", probs, support)
-    return support.decode(jnp.sum(probs * support.atoms, axis=-1))
+    _check_batch("probs", probs.shape[:-1], support)
+    return support.decode(jnp.sum(probs * aligned(support.atoms, probs.ndim - 1), axis=-1))
 
 
 def decode_logits(logits, support: Support) -> jax.Array:
@@ -227,7 +262,7 @@ def decode_logits(logits, support: Support) -> jax.Array:
     return decode_probs(jax.nn.softmax(logits, axis=-1), support)
 
 
-def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", where=None):
+def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", weights=None):
     r"""The cross-entropy :math:`-\sum_k t_k \log \operatorname{softmax}(\ell)_k` of each row.
 
     The target distributions are constants (no gradient flows into them), as
@@ -238,9 +273,10 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", where
       logits: ``(..., K)`` the critic's logits.
       targets: ``(..., K)`` target distributions (:func:`two_hot`,
         :func:`hl_gauss`, :func:`~rewardnorm_jax.categorical_projection`).
-      reduction: ``"mean"`` (over the rows, or the rows where ``where`` is
-        True), ``"sum"`` or ``"none"`` (one loss per row).
-      where: optional bool ``(...)``: the rows that count.
+      reduction: ``"mean"`` (over the rows, weighted by ``weights``),
+        ``"sum"`` or ``"none"`` (one loss per row, times its weight).
+      weights: optional ``(...)``: each row's weight, >= 0 (bools or 0/1 to
+        leave rows out); the mean divides by their sum.
 
     Example:
       >>> import numpy as np
@@ -252,6 +288,8 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", where
     """
     checks.check_choice("reduction", reduction, REDUCTIONS)
     logits = _wide(checks.as_floating("logits", logits))
+    if logits.ndim == 0:
+        raise ValueError("logits is a scalar; pass (..., K): one logit per atom.")
     targets = jax.lax.stop_gradient(checks.as_floating("targets", targets))
     if targets.shape != logits.shape:
         raise ValueError(
@@ -260,18 +298,18 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", where
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     # A target of exactly 0 contributes 0, even where its log-probability is -inf.
     losses = -jnp.sum(jnp.where(targets == 0, 0, targets * log_probs), axis=-1)
-    if where is not None:
-        where = jnp.asarray(where)
-        if where.shape != losses.shape:
-            raise ValueError(f"where has shape {where.shape}; expected {losses.shape}.")
-        losses = jnp.where(where, losses, 0)
+    if weights is not None:
+        weights = checks.as_weights("weights", weights, losses.dtype)
+        if weights.shape != losses.shape:
+            raise ValueError(f"weights has shape {weights.shape}; expected {losses.shape}.")
+        losses = jnp.where(weights != 0, losses * weights, 0)
     if reduction == "none":
         return losses
     total = jnp.sum(losses)
     if reduction == "sum":
         return total
-    count = losses.size if where is None else jnp.sum(where)
-    return total / jnp.maximum(count, 1)
+    count = losses.size if weights is None else jnp.sum(weights)
+    return jnp.where(count > 0, total / jnp.where(count > 0, count, 1), 0)
 
 
 def bracket(atoms: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -290,8 +328,25 @@ def bracket(atoms: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
         lower = jnp.take_along_axis(batch, below, axis=-1).reshape(y.shape)
         upper = jnp.take_along_axis(batch, below + 1, axis=-1).reshape(y.shape)
         below = below.reshape(y.shape)
-    clipped = jnp.clip(y, lower, upper)
-    return below, (clipped - lower) / (upper - lower)
+    return below, (_clip(y, lower, upper) - lower) / (upper - lower)
+
+
+def aligned(atoms: jax.Array, ndim: int) -> jax.Array:
+    """Per-target atoms ``(B..., K)`` shaped to broadcast against values of ``ndim`` axes.
+
+    The values' leading axes are ``B...``; shared atoms ``(K,)`` stay as they are.
+    """
+    batch = atoms.shape[:-1]
+    return atoms.reshape(*batch, *(1,) * (ndim - len(batch)), atoms.shape[-1])
+
+
+def _clip(y: jax.Array, lower: jax.Array, upper: jax.Array) -> jax.Array:
+    """``y`` clipped to ``[lower, upper]``, with a gradient of 1 at either end.
+
+    ``jnp.clip`` splits it in halves there, so that a target on an atom would
+    move its mass half as fast as one beside it.
+    """
+    return jnp.where(y < lower, lower, jnp.where(y > upper, upper, y))
 
 
 def _spread(below: jax.Array, weight: jax.Array, num_atoms: int) -> jax.Array:
@@ -310,14 +365,19 @@ def _targets(targets, support: Support) -> jax.Array:
             f"{type(support).__name__}."
         )
     targets = jnp.asarray(checks.check_reward("targets", targets), support.atoms.dtype)
+    _check_batch("targets", targets.shape, support)
+    return targets
+
+
+def _check_batch(name: str, shape: tuple[int, ...], support: Support) -> None:
+    """Per-target atoms ``(B..., K)`` pair with the leading axes ``B...`` of ``name``."""
     batch = support.atoms.shape[:-1]
-    if batch and targets.shape[: len(batch)] != batch:
+    if batch and shape[: len(batch)] != batch:
         raise ValueError(
-            f"targets has shape {targets.shape}, but the support holds atoms of shape "
-            f"{support.atoms.shape}: one support per target, so targets' leading axes "
+            f"{name} has shape {shape}, but the support holds atoms of shape "
+            f"{support.atoms.shape}: one support per target, so {name}'s leading axes "
             f"should be {batch}."
         )
-    return targets
 
 
 def _check_atoms_axis(name: str, values: jax.Array, support: Support) -> None:

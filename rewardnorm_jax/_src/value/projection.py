@@ -14,8 +14,9 @@ applied to every moved atom and summed,
 
 :math:`h_i` the two-hot weight of atom :math:`i`. This is the projection that
 minimises the Cramér distance (rlax's ``categorical_l2_project``), computed in
-:math:`O(K)` per sample: each moved atom's two weights are scattered onto its
-two atoms, where rlax builds a :math:`K \times K` matrix. The mass is conserved
+:math:`O(K)` memory and :math:`O(K \log K)` work per sample (a binary search
+of the support for each moved atom, whose two weights are then scattered onto
+its two atoms), where rlax builds a :math:`K \times K` matrix. The mass is conserved
 (to float rounding), a moved atom that lands on an atom gives it all its mass,
 and the expected value is :math:`r + \gamma_t \sum_j p_j z_j` wherever no moved
 atom is clipped.
@@ -27,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from rewardnorm_jax._src.core import checks
-from rewardnorm_jax._src.value.categorical import Support, bracket
+from rewardnorm_jax._src.value.categorical import Support, aligned, bracket
 
 
 def categorical_projection(
@@ -56,7 +57,7 @@ def categorical_projection(
 
     Returns:
       ``(..., K)`` probabilities over ``support``'s atoms, in their dtype; a row
-      of NaN where the reward or a probability is NaN.
+      of NaN where the reward, the discount or a probability is NaN.
 
     Example:
       >>> import numpy as np
@@ -81,17 +82,22 @@ def categorical_projection(
     rewards = _per_sample("rewards", rewards, batch, dtype)
     discounts = _per_sample("discounts", discounts, batch, dtype)
     if not isinstance(discounts, jax.core.Tracer):
-        checks.refuse_where("discounts", discounts, ~(discounts >= 0), "discounts >= 0")
-    moved = rewards[..., None] + discounts[..., None] * source.values
-    atoms = (
-        support.atoms
-        if support.atoms.ndim == 1
-        else jnp.broadcast_to(support.atoms, (*batch, support.num_atoms))
-    )
+        bad = ~(discounts >= 0) | jnp.isinf(discounts)
+        checks.refuse_where("discounts", discounts, bad, "finite discounts >= 0")
+    for name, atoms in (("support", support.atoms), ("source_support", source.atoms)):
+        if batch[: atoms.ndim - 1] != atoms.shape[:-1]:
+            raise ValueError(
+                f"probs has shape {probs.shape}, but {name} holds atoms of shape "
+                f"{atoms.shape}: probs' leading axes should be {atoms.shape[:-1]}."
+            )
+    moved = rewards[..., None] + discounts[..., None] * aligned(source.values, len(batch))
+    atoms = support.atoms
+    if atoms.ndim > 1:  # per-sample atoms, paired with the leading axes of the batch
+        atoms = jnp.broadcast_to(aligned(atoms, len(batch)), (*batch, support.num_atoms))
     below, weight = bracket(atoms, support.encode(moved))
     projected = _scatter(below, weight, probs, support.num_atoms)
     # A NaN reward or probability makes its whole row NaN, not two of its atoms.
-    invalid = jnp.isnan(rewards) | jnp.isnan(probs).any(axis=-1)
+    invalid = jnp.isnan(rewards) | jnp.isnan(discounts) | jnp.isnan(probs).any(axis=-1)
     return jnp.where(invalid[..., None], jnp.nan, projected)
 
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from rewardnorm_jax._src.core import base, checks
@@ -50,6 +51,14 @@ class ScaledSupportState(struct.PyTreeNode):
 
     bound: jax.Array  # () shared, or (num_tasks,): one per task
     updates: jax.Array  # int32 (): updates taken (the bound is frozen from ``warmup`` on)
+
+    def check_values(self, name: str) -> None:
+        """A finite bound > 0 (no update makes another); updates >= 0."""
+        bound = np.asarray(self.bound)
+        bad = ~(bound > 0) | np.isinf(bound)
+        checks.refuse_where(f"{name}.bound", bound, bad, "a finite bound > 0")
+        updates = np.asarray(self.updates)
+        checks.refuse_where(f"{name}.updates", updates, updates < 0, "a count of updates >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +81,7 @@ class ScaledSupportConfig(base.Config):
         checks.check_choice("statistic", self.statistic, STATISTICS)
         checks.check_choice("space", self.space, SPACES)
         if self.warmup is not None:
-            checks.check_count("warmup", self.warmup, minimum=1)
+            checks.check_count("warmup", self.warmup, minimum=1, maximum=2**30)
         options = {
             "multiple": checks.check_positive("multiple", self.multiple, dtype),
             "minimum": checks.check_positive("minimum", self.minimum, dtype),
@@ -212,8 +221,14 @@ def support_of(config: ScaledSupportConfig, state: ScaledSupportState, task=None
 
 def _statistic(config: ScaledSupportConfig, reward_state) -> jax.Array:
     """The reward state's running maximum of ``|G|`` or its return's standard deviation."""
+    stats: Any = getattr(reward_state, "stats", None)
+    if not hasattr(stats, "var"):
+        raise TypeError(
+            "reward_state should be the state of a normalize_reward transform (a "
+            f"NormalizeRewardState), got {type(reward_state).__name__}."
+        )
     if config.statistic == "std":
-        return jnp.sqrt(reward_state.stats.var)
+        return jnp.sqrt(stats.var)
     if getattr(reward_state, "ret_abs_max", None) is None:
         raise ValueError(
             "statistic='ret_abs_max' reads the running maximum of |G|, which a "
