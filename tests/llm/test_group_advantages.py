@@ -503,13 +503,15 @@ def test_wide_integers_out_of_range_values_and_traced_lengths_give_no_wrong_numb
     out = grpo.apply(np.array([3_000_000_000, 0]))  # int64, beyond int32
     np.testing.assert_allclose(out.advantages, [2**-0.5, -(2**-0.5)], rtol=1e-6)
     for spread in ([1e20, -1e20, 1e20, -1e20], [1e-30, 2e-30, 0, 3e-30]):
+        # Spreads whose squares float32 cannot hold: the moments are taken at a power-of-two scale.
         rewards = np.array(spread, np.float32)
         contiguous = jax.jit(rn.group_advantages("grpo", group_size=4).apply)(rewards)
         ragged = jax.jit(rn.group_advantages("grpo", num_groups=1).apply)(
             rewards, group_ids=np.zeros(4, np.int32)
         )
-        assert np.isnan(np.asarray(contiguous.advantages)).all()
-        assert np.isnan(np.asarray(ragged.advantages)).all()
+        want = expected(rewards, np.zeros(4, int), 1, "grpo", "exact")
+        np.testing.assert_allclose(contiguous.advantages, want, rtol=1e-6)
+        np.testing.assert_allclose(ragged.advantages, want, rtol=1e-6)
     opo = jax.jit(rn.group_advantages("opo", group_size=4).apply)
     out = opo(np.array([1, 2, 3, 4], np.float32), lengths=jnp.array([-1.0, 1, 1, 1]))
     assert np.isnan(np.asarray(out.advantages)).all()
@@ -521,6 +523,49 @@ def test_wide_integers_out_of_range_values_and_traced_lengths_give_no_wrong_numb
         rn.group_advantages("gdpo", group_size=2, reward_weights=[1e308, 1.0]).apply(
             np.zeros((4, 2))
         )
+
+
+NEAR_THE_LIMITS = (
+    [-1e38, 1e38, 1e38, 1e38, 1e38, 0, 0, 0, 0, 1],
+    [3e38, -3e38, 1.5e38, 0, 3e-38, -2e-38, 2e-38, 0, 3e38, 3e38],
+)
+
+
+@pytest.mark.parametrize("ragged", [False, True], ids=["contiguous", "ragged"])
+@pytest.mark.parametrize("rewards", NEAR_THE_LIMITS, ids=["1e38", "3e38"])
+def test_advantages_near_the_float32_limits_are_right_where_they_fit(rewards, ragged):
+    """Every advantage that float32 holds is computed; one beyond it is NaN, never inf."""
+    rewards = np.array(rewards, np.float32)
+    ids = np.arange(10) // 5
+    lengths = np.array([2e38, 1, 3e38, 1, 1, 1, 2, 1, 1, 1], np.float32)
+    for convention, estimators in SUPPORTED.items():
+        for estimator in estimators:
+            if estimator == "gdpo":
+                continue
+            kwargs = {"lengths": lengths} if estimator == "opo" else {}
+            groups = {"num_groups": 2} if ragged else {"group_size": 5}
+            est = rn.group_advantages(estimator, convention=convention, **groups)
+            ids_arg = {"group_ids": ids} if ragged else {}
+            out = np.asarray(est.apply(rewards, **ids_arg, **kwargs).advantages)
+            want = expected(rewards, ids, 2, estimator, convention, lengths=lengths.astype(float))
+            fits = np.abs(want) <= np.finfo(np.float32).max
+            # atol: XLA flushes results below float32's smallest normal number to 0.
+            tiny = 2 * np.finfo(np.float32).tiny
+            np.testing.assert_allclose(
+                out[fits], want[fits], rtol=2e-6, atol=tiny, err_msg=f"{estimator} {convention}"
+            )
+            assert np.isnan(out[~fits]).all(), (estimator, convention, out)
+
+
+def test_opo_lengths_whose_sum_overflows_weigh_as_they_are():
+    lengths = np.array([2e38, 2e38, 1, 1], np.float32)
+    rewards = np.array([0, 1, 0, 0], np.float32)
+    contiguous = rn.group_advantages("opo", group_size=4).apply(rewards, lengths=lengths)
+    ragged = rn.group_advantages("opo", num_groups=1).apply(
+        rewards, group_ids=np.zeros(4, np.int32), lengths=lengths
+    )
+    np.testing.assert_allclose(contiguous.advantages, [-0.5, 0.5, -0.5, -0.5], rtol=1e-6)
+    np.testing.assert_allclose(ragged.advantages, [-0.5, 0.5, -0.5, -0.5], rtol=1e-6)
 
 
 def test_traced_ids_out_of_range_are_a_checkify_error():

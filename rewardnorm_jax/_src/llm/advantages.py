@@ -37,7 +37,13 @@ import numpy as np
 from rewardnorm_jax._src.core import base, checks
 from rewardnorm_jax._src.llm import layout as layouts
 from rewardnorm_jax._src.llm.conventions import CONVENTIONS, ESTIMATORS, Convention
-from rewardnorm_jax._src.llm.moments import Moments, deviations, moments, std
+from rewardnorm_jax._src.llm.moments import (
+    Moments,
+    deviations,
+    moments,
+    power_of_two_scale,
+    std,
+)
 from rewardnorm_jax._src.stats import running as rs
 
 
@@ -220,9 +226,10 @@ def group_advantages(
     :mod:`~rewardnorm_jax._src.llm.moments`); the unstandardized ones
     (``dr_grpo``, ``rloo``, ``rloo_vectorized``, ``opo``,
     ``reinforce_pp_baseline``, ``gpg``) within about 1e-6 of their group's
-    spread. All of this holds wherever the dtype holds the
-    group's squared deviations (in float32, spreads from about 1e-19 to 1e19;
-    outside, the standardized advantages are NaN, never a wrong number).
+    spread. All of this holds for any finite rewards, near the dtype's limits
+    included (rewards of 3e38 in float32, spreads of 1e-30): each group's
+    statistics are taken at a power-of-two scale of its values, which keeps
+    every digit. An advantage beyond the dtype's range is NaN, never inf.
     Non-finite rewards count as NaN. Everything is computed in the rewards'
     floating dtype as JAX holds them (float64 only under ``jax_enable_x64``).
     Integer and boolean rewards (0/1 correctness) are taken as floats;
@@ -343,9 +350,13 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
         return _gdpo(config, rules, groups, rewards)
     values = groups.grouped(rewards)
     valid = jnp.isfinite(values)
-    weights = None if lengths is None else groups.grouped(lengths)
-    stats = moments(groups, values, valid, weights)
-    advantages = _estimate(config, config.estimator, rules, groups, stats, values)
+    weights = None
+    if lengths is not None:  # the weighted mean is the same for lengths scaled alike
+        weights = groups.grouped(lengths)
+        weights = weights * power_of_two_scale(groups, weights, valid)
+    scale = power_of_two_scale(groups, values, valid)
+    stats = moments(groups, values * scale, valid, weights)
+    advantages = _estimate(config, config.estimator, rules, groups, stats, values, scale)
     zero_variance = groups.flat(_zero(groups, stats, valid))
     if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
         single = groups.rows(stats.valid_count) == 1
@@ -361,8 +372,9 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     """Each reward function standardized in its group, summed with weights, then over the batch."""
     values = groups.grouped(rewards)
     valid = jnp.isfinite(values)
-    stats = moments(groups, values, valid)
-    scores = _estimate(config, "grpo", rules, groups, stats, values)
+    scale = power_of_two_scale(groups, values, valid)
+    stats = moments(groups, values * scale, valid)
+    scores = _estimate(config, "grpo", rules, groups, stats, values, scale)
     scores = _invalid(rules, groups, stats, valid, scores)
     weights = config.reward_weights or (1.0,) * rewards.shape[1]
     total = scores @ jnp.asarray(weights, rewards.dtype)
@@ -375,18 +387,27 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
 
 
-def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
-    """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled."""
-    advantages = deviations(groups, stats, values)
+def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values, scale):
+    """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled.
+
+    ``stats`` are the moments of ``values * scale`` (:func:`power_of_two_scale`):
+    deviations and spreads are taken at that scale and the advantages brought
+    back from it last, so that every advantage the dtype holds is computed.
+    """
+    advantages = deviations(groups, stats, values * scale)
     own = values  # a group of one under the "own" rule: its mean taken as 0, its std as 1
     if estimator == "grpo":
-        advantages = advantages / (groups.rows(std(stats, rules.ddof)) + rules.epsilon)
+        spread = groups.rows(std(stats, rules.ddof)) + rules.epsilon * scale
+        advantages, scale = advantages / spread, 1
         own = values / (1 + rules.epsilon)
     elif estimator == "batch_std":
         whole = layouts.Whole(config.axis_name)
-        rewards = groups.flat(values)
-        batch_std = std(moments(whole, rewards, jnp.isfinite(rewards)), rules.ddof)
-        advantages = advantages / (whole.rows(batch_std) + rules.epsilon)
+        rewards, valid = groups.flat(values), groups.flat(jnp.isfinite(values))
+        batch_scale = power_of_two_scale(whole, rewards, valid)
+        batch_std = std(moments(whole, rewards * batch_scale, valid), rules.ddof)
+        # The batch's scale is at most each group's: their quotient is a power of two <= 1.
+        spread = whole.rows(batch_std) + rules.epsilon * batch_scale
+        advantages, scale = advantages * (batch_scale / scale) / spread, 1
     elif estimator in ("rloo", "rloo_vectorized"):
         count = groups.rows(stats.valid_count)
         advantages = advantages * (count / (count - 1))
@@ -396,7 +417,12 @@ def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments,
         alpha, f_norm = _gpg_alpha(config, rules, groups, values), config.f_norm or 1.0
         # alpha first: an answer at its group's mean stays 0 whatever f_norm is.
         advantages, own = advantages * alpha / f_norm, values * alpha / f_norm
-    return _settle(rules, groups, stats, advantages, own)
+    return _settle(rules, groups, stats, _overflowed(advantages / scale), _overflowed(own))
+
+
+def _overflowed(advantages: jax.Array) -> jax.Array:
+    """NaN where an advantage is beyond the dtype's range (its inputs are finite)."""
+    return jnp.where(jnp.isinf(advantages), jnp.nan, advantages)
 
 
 def _gpg_alpha(config, rules: Convention, groups, values) -> jax.Array:
@@ -422,10 +448,11 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     """``values`` standardized over the batch's finite ones; the others as the convention has."""
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
-    batch = moments(whole, values, valid)
-    scale = whole.rows(std(batch, rules.ddof)) + rules.epsilon
+    scale = power_of_two_scale(whole, values, valid)
+    batch = moments(whole, values * scale, valid)
+    spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * scale
     standardized = jnp.where(
-        whole.rows(batch.constant), 0, deviations(whole, batch, values) / scale
+        whole.rows(batch.constant), 0, deviations(whole, batch, values * scale) / spread
     )
     return _invalid(rules, whole, batch, valid, standardized)
 

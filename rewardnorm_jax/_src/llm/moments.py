@@ -130,6 +130,33 @@ def std(stats: Moments, ddof: int) -> jax.Array:
     return jnp.sqrt(variance(stats, ddof))
 
 
+def power_of_two_scale(layout, values: jax.Array, valid: jax.Array) -> jax.Array:
+    r"""Per group, the power of two :math:`s` that brings its largest valid :math:`|x|` into [0.5, 1).
+
+    Values multiplied by :math:`s` keep every digit (a power of two only moves
+    the exponent), and their sums, squares and quotients are those of the
+    values times :math:`s`, :math:`s^2` or 1, rounded alike: the moments of
+    :math:`s x` are exact scalings of those of :math:`x` wherever the latter
+    fit the dtype, and fit wherever the values do (rewards near the float32
+    limits, spreads of 1e-30). :math:`s` stays a normal number, and is 1 for
+    a group without a nonzero valid value. Broadcastable against the grouped
+    values (``layout.rows``).
+    """
+    info = jnp.finfo(values.dtype)
+    largest = layout.largest(jnp.abs(values), valid)
+    _, exponent = jnp.frexp(jnp.where(jnp.isfinite(largest) & (largest > 0), largest, 1))
+    exponent = jnp.clip(exponent, info.minexp + 1, info.maxexp - 2)
+    return layout.rows(_power_of_two(-exponent, values.dtype))
+
+
+def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:
+    """:math:`2^e` of ``dtype`` for integer exponents of normal numbers, bit by bit (exactly)."""
+    info = jnp.finfo(dtype)
+    unsigned = jnp.uint64 if info.bits == 64 else jnp.uint32
+    biased = (exponent + (info.maxexp - 1)).astype(unsigned)
+    return jax.lax.bitcast_convert_type(biased << info.nmant, dtype)
+
+
 def _ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:
     """``numerator / denominator``, 0 where the denominator is 0 (a group without valid answers)."""
     empty = denominator == 0
