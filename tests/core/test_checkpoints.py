@@ -561,3 +561,66 @@ def test_overflowed_returns_are_states_a_run_reaches_and_load():
     assert_bit_identical(loaded, state)
     out, _ = norm.step(loaded, jnp.array([1.0, 1.0]), jnp.array([True, False]))
     assert not np.isnan(out).any()
+
+
+V2_CHECKPOINTS = {
+    # Written by format version 2 (packed statistics, flat options).
+    "non_episodic_per_env": (
+        rn.normalize_reward(
+            semantics="non_episodic", gamma=0.99, statistics=rn.Statistics(per_env=True)
+        ),
+        (2,),
+    ),
+    "chain_keyed_percentile": (
+        rn.chain(
+            rn.normalize_reward(
+                semantics="sb3",
+                gamma=0.9,
+                g_max=10.0,
+                statistics=rn.Statistics(decay=0.99, num_tasks=2, components=1),
+            ),
+            rn.percentile_scale_reward(gamma=0.9, low=5.0, high=95.0, rate=0.5, limit=1.0),
+            rn.clip_reward(-5.0, 5.0),
+        ),
+        (3, 2),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(V2_CHECKPOINTS))
+def test_version_2_checkpoints_load_bit_for_bit(name):
+    transform, batch_shape = V2_CHECKPOINTS[name]
+    data = (DATA / f"v2_{name}.msgpack").read_bytes()
+    body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
+    assert body["version"] == 2
+    state = rn.load_state(transform.init(batch_shape), data, transform.config)
+    saved, loaded = body["state"], serialization.to_state_dict(state)
+    saved_leaves = jax.tree.leaves(saved)
+    assert saved_leaves, "the file holds arrays"
+    for want, got in zip(saved_leaves, jax.tree.leaves(loaded), strict=True):
+        assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
+    tasks = {"task": jnp.array([0, 1, 1])} if name == "chain_keyed_percentile" else {}
+    _, state = transform.step(state, jnp.ones(batch_shape), **tasks)
+    assert_bit_identical(rn.load_state(transform.init(batch_shape), rn.save_state(state)), state)
+
+
+def test_a_checkpoint_of_one_state_type_is_refused_by_another_of_the_same_leaves():
+    center, observations = rn.center_reward(), rn.normalize_observation()
+    center_state = center.init(())
+    observation_state = observations.init(jnp.zeros(()))
+    assert jax.tree.map(jnp.shape, center_state.stats) == jax.tree.map(
+        jnp.shape, observation_state.stats
+    )
+    for saved, template, holds, wanted in (
+        (center_state, observation_state, "CenterRewardState", "ObservationNormState"),
+        (observation_state, center_state, "ObservationNormState", "CenterRewardState"),
+    ):
+        message = rf"it holds {holds}, the template is {wanted}(.|\n)*type 'state'"
+        with pytest.raises(ValueError, match=message):
+            rn.load_state(template, rn.save_state(saved))
+
+
+@pytest.mark.parametrize("layout", [["state"], "NormalizeRewardState", None, 3])
+def test_a_crafted_layout_that_is_not_a_mapping_is_refused(layout):
+    with pytest.raises(ValueError, match=r"checkpoint record's 'layout' is a \w+, not a mapping"):
+        rn.load_state(rn.normalize_reward().init((4,)), crafted({"layout": layout}))

@@ -135,7 +135,21 @@ def _read_record(body: bytes) -> dict[str, Any]:
     for key in ("static", "metadata"):
         if not isinstance(record.get(key), dict):
             raise ValueError(f"checkpoint record has no {key!r} mapping.")
+    if "layout" in record and not isinstance(record["layout"], dict):  # version 3 has one
+        raise ValueError(
+            f"checkpoint record's 'layout' is a {type(record['layout']).__name__}, not a mapping "
+            "of paths to types and dtype[shape]."
+        )
     return record
+
+
+def _types(layout: Mapping) -> dict[str, str]:
+    """The container types of a :func:`~rewardnorm_jax._src.core.checks.layout`, by path."""
+    return {
+        path: kind
+        for path, kind in layout.items()
+        if isinstance(kind, str) and kind.isidentifier() and kind != "None"
+    }
 
 
 def save_state(state, metadata: Config | Mapping[str, Any] | None = None) -> bytes:
@@ -241,7 +255,10 @@ def load_state(template, data: bytes, metadata: Config | Mapping[str, Any] | Non
     record = checkpoint_migration.migrate(_read_record(body), expected, template_static)
     saved = record["state"]
 
+    wanted = checks.layout(template)
     differences = _compare("leaf", _flatten(saved), _flatten(expected))
+    if "layout" in record:  # the state types, which the state dict leaves out
+        differences += _compare("type", _types(record["layout"]), _types(wanted))
     differences += _compare("static field", record["static"], template_static)
     if metadata is not None:
         differences += _compare("metadata", record["metadata"], _check_metadata(metadata))
@@ -250,8 +267,8 @@ def load_state(template, data: bytes, metadata: Config | Mapping[str, Any] | Non
             len(differences) > _MAX_LISTED
         )
         holds = record.get("layout", {}).get("state")
-        wanted = checks.layout(template)["state"]
-        kinds = f" (it holds a {holds}, the template is a {wanted})" if holds != wanted else ""
+        kinds = f" (it holds {holds}, the template is {wanted['state']})"
+        kinds = kinds if holds != wanted["state"] else ""
         raise ValueError(
             f"checkpoint does not match the template{kinds if holds else ''} "
             "(leaves as dtype[shape]):\n  " + "\n  ".join(shown)

@@ -131,7 +131,7 @@ def std(stats: Moments, ddof: int) -> jax.Array:
 
 
 def power_of_two_scale(layout, values: jax.Array, valid: jax.Array) -> jax.Array:
-    r"""Per group, the power of two :math:`s` that brings its largest valid :math:`|x|` into [0.5, 1).
+    r"""Per group, the power of two :math:`s`: its largest valid :math:`|x|` times s in [0.5, 1).
 
     Values multiplied by :math:`s` keep every digit (a power of two only moves
     the exponent), and their sums, squares and quotients are those of the
