@@ -24,6 +24,7 @@ from brax.training import types as brax_types
 from brax.training.acme import running_statistics
 
 from rewardnorm_jax._src import observation
+from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.stats import running as rs
 
 
@@ -66,6 +67,7 @@ def from_running_statistics(
             "over devices (pmap) holds one per device; pass one replica's, "
             "jax.tree.map(lambda x: x[0], brax_state)."
         )
+    _check_moments(brax_state)
     means = jax.tree.leaves(brax_state.mean)
     dtype = jnp.result_type(means[0]) if means else rs.default_dtype()
     norm = observation.normalize_observation(
@@ -99,6 +101,18 @@ def from_running_statistics(
     state = observation.ObservationNormState(stats)
     _check_std(norm, state, brax_state)
     return norm, state
+
+
+def _check_moments(brax_state) -> None:
+    """Refuses a NaN or infinite mean and a NaN summed variance, which no update makes."""
+    for field, bad, expected in (
+        ("mean", lambda x: ~np.isfinite(x), "a finite mean"),
+        ("summed_variance", np.isnan, "a summed variance that is not NaN"),
+    ):
+        leaves = jax.tree_util.tree_leaves_with_path(getattr(brax_state, field))
+        for path, leaf in leaves:
+            name = f"brax_state.{field}{jax.tree_util.keystr(path)}"
+            checks.refuse_where(name, leaf, bad(np.asarray(leaf)), expected)
 
 
 def _check_std(norm, state, brax_state) -> None:

@@ -159,3 +159,20 @@ def test_conversion_refuses_replicated_counts_and_other_std_bounds():
         rnb.from_running_statistics(replicated)
     with pytest.raises(TypeError, match=r"norm\.config"):
         rnb.to_running_statistics(brax_state, brax_state)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("mean", np.nan, r"brax_state\.mean holds nan; expected a finite mean"),
+        ("mean", np.inf, r"brax_state\.mean holds inf; expected a finite mean"),
+        ("summed_variance", np.nan, r"brax_state\.summed_variance holds nan"),
+    ],
+)
+def test_conversion_refuses_statistics_no_update_makes(field, value, message):
+    brax_state = running_statistics.update(
+        running_statistics.init_state(jnp.zeros(DIM)), jnp.asarray(batches(11)[0])
+    )
+    crafted = brax_state.replace(**{field: getattr(brax_state, field).at[1].set(value)})
+    with pytest.raises(ValueError, match=message):
+        rnb.from_running_statistics(crafted)
