@@ -639,6 +639,18 @@ def test_a_traced_beta_is_taken_and_a_traced_clip_is_refused_by_name():
         jax.jit(lambda c: rn.kl_estimate(logp, ref, clip=c))(1.0)
     with pytest.raises(ValueError, match=r"beta=1e\+300 rounds to inf in float32"):
         rn.kl_penalized_rewards(rewards, logp, ref, beta=1e300)
+    for beta in (np.full(3, 0.5), np.full(logp.shape, 0.5)):  # a concrete one and a traced one
+        with pytest.raises(ValueError, match=r"beta should be"):
+            rn.kl_penalized_rewards(rewards, logp, ref, beta=beta)
+        with pytest.raises(ValueError, match=r"beta should be a scalar .* shape \(\d+,( \d+)?\)"):
+            jax.jit(lambda b: rn.kl_penalized_rewards(rewards, logp, ref, beta=b))(beta)
+
+
+def test_a_penalty_factor_beyond_the_dtype_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"penalty_factor=1e\+39 rounds to inf in float32"):
+        rn.overlong_penalty([10, 1100], max_length=1000, buffer_length=100, penalty_factor=1e39)
+    tiny = rn.overlong_penalty([10, 1000], max_length=1000, buffer_length=100, penalty_factor=1e-50)
+    assert tiny.tolist() == [0.0, 0.0]  # below float32's range: no penalty, never NaN
 
 
 def test_values_with_fewer_axes_than_the_mask_are_refused():

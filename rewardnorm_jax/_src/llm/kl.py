@@ -247,6 +247,11 @@ def _convention(convention, estimator) -> KLConvention:
 def _checked_beta(beta, dtype) -> jax.Array:
     """``beta`` as a scalar of ``dtype``; a traced one (an annealed beta) out of range is NaN."""
     if isinstance(beta, jax.core.Tracer):
+        if beta.shape != ():
+            raise ValueError(
+                f"beta should be a scalar (one coefficient for every token), got a traced "
+                f"beta of shape {beta.shape}."
+            )
         beta = jnp.asarray(beta, dtype)
         return jnp.where((beta >= 0) & jnp.isfinite(beta), beta, jnp.nan)
     if not (checks.is_real(beta) and math.isfinite(beta) and beta >= 0):

@@ -79,6 +79,7 @@ def overlong_penalty(
     _check_number("penalty_factor", penalty_factor, ">= 0", lambda v: v >= 0)
     lengths = checks.as_floating("lengths", lengths)
     checks.check_positive("buffer_length", buffer_length, lengths.dtype)
+    checks.check_fits("penalty_factor", float(penalty_factor), lengths.dtype, may_vanish=True)
     lengths = checks.as_lengths("lengths", lengths, lengths.dtype)
     excess = (lengths - (max_length - buffer_length)) / buffer_length
     capped = convention in ("exact", "openrlhf")
