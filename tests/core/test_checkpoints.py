@@ -624,3 +624,23 @@ def test_a_checkpoint_of_one_state_type_is_refused_by_another_of_the_same_leaves
 def test_a_crafted_layout_that_is_not_a_mapping_is_refused(layout):
     with pytest.raises(ValueError, match=r"checkpoint record's 'layout' is a \w+, not a mapping"):
         rn.load_state(rn.normalize_reward().init((4,)), crafted({"layout": layout}))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: rn.group_advantages(
+            "grpo", group_size=np.int64(4), standardize_batch=np.bool_(True)
+        ),
+        lambda: rn.group_advantages("gpg", num_groups=np.int32(3), f_norm=np.float32(2.0)),
+        lambda: rn.normalize_observation(clip=np.float32(5.0), epsilon=np.float64(1e-6)),
+        lambda: rn.normalize_reward(gamma=np.float64(0.9)),
+        lambda: rn.popart(step_size=np.float32(0.5)),
+    ],
+)
+def test_configs_built_from_numpy_scalars_hold_plain_values_and_save(build):
+    config = build().config
+    metadata = config.metadata()
+    assert not [v for v in metadata.values() if isinstance(v, np.generic)], metadata
+    state = rn.center_reward().init(())
+    assert_bit_identical(rn.load_state(state, rn.save_state(state, config), config), state)

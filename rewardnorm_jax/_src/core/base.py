@@ -59,9 +59,16 @@ class Config:
         return f"{self.name}({', '.join(options)})"
 
     @classmethod
-    def checked(cls, *options: Any) -> "Self":
-        """The configuration of these options, as given (``__post_init__`` checks and converts)."""
-        return cls(*options)
+    def checked(cls, *options: Any, **named: Any) -> "Self":
+        """The configuration of these options (``__post_init__`` checks and converts them).
+
+        NumPy scalars (``np.int64(4)``, ``np.bool_(True)``) are held as the
+        Python numbers they are, so that the configuration is plain metadata.
+        """
+        return cls(
+            *(_plain(option) for option in options),
+            **{name: _plain(option) for name, option in named.items()},
+        )
 
     def metadata(self) -> dict[str, Any]:
         """The configuration as a flat ``{path: plain value}``, for checkpoints.
@@ -87,7 +94,12 @@ def _flat(path: str, value: Any) -> dict[str, Any]:
         return found
     if isinstance(value, np.dtype):
         return {path: value.name}
-    return {path: value}
+    return {path: _plain(value)}
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as its Python number; anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 class InitFn(Hashable, Protocol):

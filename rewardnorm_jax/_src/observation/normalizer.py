@@ -213,7 +213,7 @@ def normalize_observation(
         "clip": clip,
     }
     options = {**chosen, **{name: v for name, v in given.items() if v is not _FROM_PRESET}}
-    config = ObservationConfig(
+    config = ObservationConfig.checked(
         preset=preset, dtype=rs.check_dtype(dtype), axis_name=axis_name, **options
     )
     return ObservationNormalizer(
