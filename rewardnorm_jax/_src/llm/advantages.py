@@ -268,9 +268,9 @@ def group_advantages(
         device's batch must hold whole groups (an error otherwise).
       num_groups: ragged groups (verl's ``uid``, dynamic sampling): ``apply``
         takes ``group_ids`` in ``[0, num_groups)``, in any order, some unused.
-        Memory and work grow with ``num_groups`` whatever the batch (a dozen
-        per-group totals of the rewards' dtype: about 50 bytes a group in
-        float32, 100 GB for ``2**31`` groups): number the groups densely (ids
+        Memory and work grow with ``num_groups`` whatever the batch (about
+        ten per-group totals of the rewards' dtype, each 8.6 GB in float32
+        for ``2**31`` groups): number the groups densely (ids
         hashed from uids through ``np.unique(uids, return_inverse=True)``),
         so that ``num_groups`` is at most the batch's size.
       groups_span_devices: with ``num_groups`` and an ``axis_name`` (and only
