@@ -342,6 +342,7 @@ def group_advantages(
     )
 
     def checked_apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages:
+        rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
         return apply(config, *_check_inputs(config, rewards, group_ids, lengths))
 
     return GroupAdvantageEstimator(apply=checked_apply, config=config)

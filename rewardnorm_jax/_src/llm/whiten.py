@@ -156,6 +156,7 @@ def masked_whiten(
     rules = WHITENING[checks.check_choice("convention", convention, tuple(WHITENING))]
     shift_mean = checks.check_bool("shift_mean", shift_mean)
     axis_name = rs.check_axis_name(axis_name)
+    rs.participants(axis_name)  # an unbound axis_name is named before any collective
     values, weights = _check_inputs(values, mask)
     batch = layouts.Whole(axis_name)
     flat, weights = values.reshape(-1), weights.reshape(-1)

@@ -243,6 +243,7 @@ def init(config: ObservationConfig, observation) -> ObservationNormState:
 
 def _pairs(config: ObservationConfig, state: ObservationNormState, observations, name: str):
     """``[(leaf, stats)]`` in tree order, and the batch shape every leaf shares."""
+    rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
     if not isinstance(state, ObservationNormState):
         raise TypeError(
             f"state should be an ObservationNormState (from init), got {type(state).__name__}."
@@ -309,7 +310,11 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     entries = math.prod(values.shape[: values.ndim - stats.mean.ndim])
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
-    rows = min(_HEAD_ROWS, entries)
+    if not isinstance(entries, int):  # a symbolic batch (jax.export): rows of its own first
+        padding = jnp.broadcast_to(stats.mean, (_HEAD_ROWS, *stats.mean.shape))
+        flat = jnp.concatenate([flat, padding.astype(flat.dtype)])
+        flat_mask = jnp.concatenate([flat_mask, jnp.zeros(padding.shape, bool)])
+    rows = min(_HEAD_ROWS, entries) if isinstance(entries, int) else _HEAD_ROWS
     fresh = stats.sample_count == 0
     first_row = (jnp.arange(rows) == 0).reshape(rows, *(1,) * stats.mean.ndim)
     # The running mean last: chosen when nothing before it is. Under axis_name only a

@@ -380,7 +380,9 @@ def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
     batches count in ``uint32``.
     """
     mantissa_bits = jnp.finfo(batch.dtype).nmant + 1
-    return _entries(batch, num_batch_axes, axis_name) <= 2**mantissa_bits
+    entries = _entries(batch, num_batch_axes, axis_name)
+    # A symbolic batch (jax.export) may be of any size: it counts in uint32.
+    return isinstance(entries, int) and entries <= 2**mantissa_bits
 
 
 def _entries(batch, num_batch_axes: int, axis_name) -> int:
@@ -611,6 +613,7 @@ def merge_checked(
     Returns:
       The merged statistics.
     """
+    batch = jax.lax.stop_gradient(batch)  # statistics are constants of what they normalize
     num_batch_axes = batch.ndim - stats.mean.ndim
     entries = _entries(batch, num_batch_axes, axis_name)  # before the first collective
     check_share(stats, entries)
@@ -660,6 +663,7 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
     Returns:
       The merged statistics.
     """
+    batch = jax.lax.stop_gradient(batch)  # statistics are constants of what they normalize
     num_keys, stats_shape = stats.mean.shape[0], stats.mean.shape[1:]
     entries = math.prod(keys.shape)
     check_share(stats, entries * participants(axis_name))  # before the first collective

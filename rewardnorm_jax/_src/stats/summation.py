@@ -149,6 +149,8 @@ def merge_sums(merge, stats, deviation, mask, num_batch_axes: int, *, axis_name,
         return _merge_in_one_kernel(merge, stats, parts)
 
     form = _EVERYWHERE.get()
+    if not isinstance(math.prod(deviation.shape[:num_batch_axes]), int):
+        form = "plain"  # a symbolic batch (jax.export): the sums that take any size
     if form is not None:
         return (plain if form == "plain" else tuned)(stats, deviation, mask)
     return jax.lax.platform_dependent(stats, deviation, mask, cpu=tuned, default=plain)
@@ -183,9 +185,9 @@ def _sum_batch(x, num_batch_axes: int):
     """
     stats_shape = x.shape[num_batch_axes:]
     statistics = math.prod(stats_shape)
-    if not 1 < statistics < _ROW:
-        return jnp.sum(x, tuple(range(num_batch_axes)))
     entries = math.prod(x.shape[:num_batch_axes])
+    if not (1 < statistics < _ROW and isinstance(entries, int)):
+        return jnp.sum(x, tuple(range(num_batch_axes)))
     x = x.reshape(entries, statistics)
     k = _ROW // statistics
     head = entries - entries % k
