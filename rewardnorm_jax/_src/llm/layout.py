@@ -174,7 +174,7 @@ def _sums(values: tuple[jax.Array, ...], axis: int) -> tuple[jax.Array, ...]:
     """The sums of ``values`` along ``axis``, by one variadic reduction per block of answers."""
     size = values[0].shape[axis]
     zeros = tuple(jnp.zeros((), value.dtype) for value in values)
-    if size <= BLOCK:
+    if not isinstance(size, int) or size <= BLOCK:  # a symbolic batch (jax.export): one pass
         return tuple(jax.lax.reduce(values, zeros, _add, (axis,)))
     padding = [(0, 0)] * values[0].ndim
     padding[axis] = (0, -size % BLOCK)
