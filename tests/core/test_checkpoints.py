@@ -630,9 +630,15 @@ def test_a_crafted_layout_that_is_not_a_mapping_is_refused(layout):
     "build",
     [
         lambda: rn.group_advantages(
-            "grpo", group_size=np.int64(4), standardize_batch=np.bool_(True)
+            "grpo",
+            group_size=np.int64(4),  # type: ignore[arg-type]  # NumPy scalars, on purpose
+            standardize_batch=np.bool_(True),  # type: ignore[arg-type]
         ),
-        lambda: rn.group_advantages("gpg", num_groups=np.int32(3), f_norm=np.float32(2.0)),
+        lambda: rn.group_advantages(
+            "gpg",
+            num_groups=np.int32(3),  # type: ignore[arg-type]
+            f_norm=np.float32(2.0),  # type: ignore[arg-type]
+        ),
         lambda: rn.normalize_observation(clip=np.float32(5.0), epsilon=np.float64(1e-6)),
         lambda: rn.normalize_reward(gamma=np.float64(0.9)),
         lambda: rn.popart(step_size=np.float32(0.5)),

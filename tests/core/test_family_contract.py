@@ -14,6 +14,7 @@ covered. (Reward transforms have their registry in ``test_transform_contract``.)
 import dataclasses
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +60,7 @@ def _rewards(rng, batch, functions=0):
 
 def group(estimator, convention="exact", ragged=False):
     def build(axis_name):
-        layout = {"num_groups": 4} if ragged else {"group_size": 4}
+        layout: dict[str, Any] = {"num_groups": 4} if ragged else {"group_size": 4}
         if ragged and axis_name is not None:
             layout["groups_span_devices"] = True
         est = rn.group_advantages(estimator, convention=convention, axis_name=axis_name, **layout)
@@ -394,7 +395,7 @@ def test_every_input_dtype_is_computed_as_float32_of_its_values(name, dtype):
 
 @pytest.mark.parametrize("name", STATEFUL)
 def test_checkpoints_round_trip_and_refuse_another_entry_state(name):
-    run, state, jitted = compiled(name)
+    _, state, jitted = compiled(name)
     _, state = jitted(state, *batch_of(name, 2))
     data = rn.save_state(state)
     loaded = rn.load_state(state, data)
@@ -402,6 +403,6 @@ def test_checkpoints_round_trip_and_refuse_another_entry_state(name):
         assert np.asarray(got).tobytes() == np.asarray(want).tobytes()
     for other in STATEFUL:
         template = compiled(other)[1]
-        if other != name and jax.tree.structure(template) != jax.tree.structure(state):
+        if type(template) is not type(state):  # another family's state, even of the same leaves
             with pytest.raises(ValueError, match="checkpoint does not match the template"):
                 rn.load_state(template, data)

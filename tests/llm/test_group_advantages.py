@@ -8,6 +8,8 @@ the exact one, 0. Inputs are float32 values; the references evaluate those
 same values in float64.
 """
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -543,14 +545,14 @@ def test_advantages_near_the_float32_limits_are_right_where_they_fit(rewards, ra
             if estimator == "gdpo":
                 continue
             kwargs = {"lengths": lengths} if estimator == "opo" else {}
-            groups = {"num_groups": 2} if ragged else {"group_size": 5}
+            groups: dict[str, Any] = {"num_groups": 2} if ragged else {"group_size": 5}
             est = rn.group_advantages(estimator, convention=convention, **groups)
             ids_arg = {"group_ids": ids} if ragged else {}
             out = np.asarray(est.apply(rewards, **ids_arg, **kwargs).advantages)
             want = expected(rewards, ids, 2, estimator, convention, lengths=lengths.astype(float))
             fits = np.abs(want) <= np.finfo(np.float32).max
             # atol: XLA flushes results below float32's smallest normal number to 0.
-            tiny = 2 * np.finfo(np.float32).tiny
+            tiny = 2 * float(np.finfo(np.float32).tiny)
             np.testing.assert_allclose(
                 out[fits], want[fits], rtol=2e-6, atol=tiny, err_msg=f"{estimator} {convention}"
             )

@@ -641,7 +641,7 @@ def test_a_traced_beta_is_taken_and_a_traced_clip_is_refused_by_name():
         rn.kl_penalized_rewards(rewards, logp, ref, beta=1e300)
     for beta in (np.full(3, 0.5), np.full(logp.shape, 0.5)):  # a concrete one and a traced one
         with pytest.raises(ValueError, match=r"beta should be"):
-            rn.kl_penalized_rewards(rewards, logp, ref, beta=beta)
+            rn.kl_penalized_rewards(rewards, logp, ref, beta=beta)  # type: ignore[arg-type]
         with pytest.raises(ValueError, match=r"beta should be a scalar .* shape \(\d+,( \d+)?\)"):
             jax.jit(lambda b: rn.kl_penalized_rewards(rewards, logp, ref, beta=b))(beta)
 

@@ -428,8 +428,8 @@ def test_task_ids_that_are_no_integers_are_named():
             transform.step(state, jnp.ones(2), task=ids)  # type: ignore[arg-type]  # on purpose
 
 
-class EarlierKeyedState(struct.PyTreeNode):
-    """A keyed state as earlier versions saved it: with the environments' task ids."""
+class NormalizeRewardState(struct.PyTreeNode):
+    """The keyed state as earlier versions saved it (same name): with the environments' task ids."""
 
     stats: rs.RunningStats
     ret: jax.Array
@@ -440,6 +440,6 @@ class EarlierKeyedState(struct.PyTreeNode):
 def test_a_checkpoint_holding_task_ids_loads_without_them():
     transform = rn.normalize_reward(GAMMA, statistics=rn.Statistics(num_tasks=2))
     _, state = transform.step(transform.init((3,)), jnp.array([1.0, 2.0, 5.0]), task=[0, 1, 1])
-    earlier = EarlierKeyedState(state.stats, state.ret, task=jnp.array([0, 1, 1], jnp.int32))
+    earlier = NormalizeRewardState(state.stats, state.ret, task=jnp.array([0, 1, 1], jnp.int32))
     loaded = rn.load_state(transform.init((3,)), rn.save_state(earlier, transform.config))
     assert jax.tree.all(jax.tree.map(lambda a, b: bool((a == b).all()), loaded, state))

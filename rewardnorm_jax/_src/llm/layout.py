@@ -172,7 +172,7 @@ class Whole:
 
 def _sums(values: tuple[jax.Array, ...], axis: int) -> tuple[jax.Array, ...]:
     """The sums of ``values`` along ``axis``, by one variadic reduction per block of answers."""
-    size = values[0].shape[axis]
+    size: Any = values[0].shape[axis]  # symbolic under jax.export
     zeros = tuple(jnp.zeros((), value.dtype) for value in values)
     if not isinstance(size, int) or size <= BLOCK:  # a symbolic batch (jax.export): one pass
         return tuple(jax.lax.reduce(values, zeros, _add, (axis,)))

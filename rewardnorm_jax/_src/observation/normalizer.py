@@ -307,7 +307,7 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
     finite = jnp.isfinite(values)
     mask = finite if selected is None else finite & selected
-    entries = math.prod(values.shape[: values.ndim - stats.mean.ndim])
+    entries: Any = math.prod(values.shape[: values.ndim - stats.mean.ndim])  # symbolic: export
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
     if not isinstance(entries, int):  # a symbolic batch (jax.export): rows of its own first

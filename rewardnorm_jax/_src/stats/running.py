@@ -46,6 +46,7 @@ weight; see :func:`merge_stats` for the formulas and the bias correction.
 
 import math
 from collections.abc import Callable, Hashable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -380,7 +381,7 @@ def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
     batches count in ``uint32``.
     """
     mantissa_bits = jnp.finfo(batch.dtype).nmant + 1
-    entries = _entries(batch, num_batch_axes, axis_name)
+    entries: Any = _entries(batch, num_batch_axes, axis_name)
     # A symbolic batch (jax.export) may be of any size: it counts in uint32.
     return isinstance(entries, int) and entries <= 2**mantissa_bits
 
