@@ -47,3 +47,24 @@ def test_moving_per_task_means_follow_their_own_rewards():
     assert means[1] == pytest.approx(100 * means[0], rel=1e-5)
     centered = center.apply(state, jnp.array([4.0, 4.0, 400.0, 400.0]), task=task)
     np.testing.assert_allclose(centered, [4.0 - means[0]] * 2 + [400.0 - means[1]] * 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("statistics", "task"),
+    [
+        (rn.Statistics(), None),
+        (rn.Statistics(per_env=True), None),
+        (rn.Statistics(num_tasks=2), [0, 1, 1]),
+    ],
+    ids=["shared", "per_env", "per_task"],
+)
+def test_a_gradient_through_step_and_apply_holds_the_statistics_constant(statistics, task):
+    """Differentiable simulators take gradients through the rollout: d(r - mean)/dr = 1."""
+    center = rn.center_reward(statistics=statistics)
+    state = center.init((3,))
+    named = {} if task is None else {"task": jnp.array(task)}
+    rewards = jnp.array([1.0, 2.0, 4.0])
+    through_step = jax.grad(lambda r: center.step(state, r, **named)[0].sum())(rewards)
+    through_apply = jax.grad(lambda r: center.apply(state, r, **named).sum())(rewards)
+    np.testing.assert_array_equal(through_step, np.ones(3))
+    np.testing.assert_array_equal(through_apply, np.ones(3))
