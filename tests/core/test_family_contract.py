@@ -340,12 +340,12 @@ def hostile(inputs, value):
 
     def spoil(x):
         x = np.array(x)
-        if np.issubdtype(x.dtype, np.floating) and x.size:
-            x.reshape(x.shape[0], -1)[0] = value
-            if np.isfinite(value):
-                x = (np.sign(x) * value * np.linspace(0.25, 1, x.size).reshape(x.shape)).astype(
-                    x.dtype
-                )
+        if not (np.issubdtype(x.dtype, np.floating) and x.size):
+            return x
+        if np.isfinite(value):  # every entry, of magnitudes from value / 4 to value
+            magnitudes = value * np.linspace(0.25, 1, x.size).reshape(x.shape)
+            return (np.sign(x) * magnitudes).astype(x.dtype)
+        x.reshape(x.shape[0], -1)[0] = value
         return x
 
     return (jax.tree.map(spoil, first), *rest)

@@ -37,13 +37,7 @@ import numpy as np
 from rewardnorm_jax._src.core import base, checks
 from rewardnorm_jax._src.llm import layout as layouts
 from rewardnorm_jax._src.llm.conventions import CONVENTIONS, ESTIMATORS, Convention
-from rewardnorm_jax._src.llm.moments import (
-    Moments,
-    deviations,
-    moments,
-    power_of_two_scale,
-    std,
-)
+from rewardnorm_jax._src.llm.moments import Moments, deviations, moments, power_of_two, std
 from rewardnorm_jax._src.stats import running as rs
 
 
@@ -359,10 +353,9 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
     weights = None
     if lengths is not None:  # the weighted mean is the same for lengths scaled alike
         weights = groups.grouped(lengths)
-        weights = weights * power_of_two_scale(groups, weights, valid)
-    scale = power_of_two_scale(groups, values, valid)
-    stats = moments(groups, values * scale, valid, weights)
-    advantages = _estimate(config, config.estimator, rules, groups, stats, values, scale)
+        weights = weights * groups.rows(power_of_two(groups.largest(weights, valid)))
+    stats = moments(groups, values, valid, weights, scaled=True)
+    advantages = _estimate(config, config.estimator, rules, groups, stats, values)
     zero_variance = groups.flat(_zero(groups, stats, valid))
     if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
         single = groups.rows(stats.valid_count) == 1
@@ -378,9 +371,8 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     """Each reward function standardized in its group, summed with weights, then over the batch."""
     values = groups.grouped(rewards)
     valid = jnp.isfinite(values)
-    scale = power_of_two_scale(groups, values, valid)
-    stats = moments(groups, values * scale, valid)
-    scores = _estimate(config, "grpo", rules, groups, stats, values, scale)
+    stats = moments(groups, values, valid, scaled=True)
+    scores = _estimate(config, "grpo", rules, groups, stats, values)
     scores = _invalid(rules, groups, stats, valid, scores)
     weights = config.reward_weights or (1.0,) * rewards.shape[1]
     total = scores @ jnp.asarray(weights, rewards.dtype)
@@ -393,14 +385,15 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
 
 
-def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values, scale):
+def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
     """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled.
 
-    ``stats`` are the moments of ``values * scale`` (:func:`power_of_two_scale`):
-    deviations and spreads are taken at that scale and the advantages brought
+    ``stats`` are scaled moments (:func:`~rewardnorm_jax._src.llm.moments.moments`):
+    deviations and spreads are taken at their scale and the advantages brought
     back from it last, so that every advantage the dtype holds is computed.
     """
-    advantages = deviations(groups, stats, values * scale)
+    scale = groups.rows(stats.scale)
+    advantages = deviations(groups, stats, values)
     own = values  # a group of one under the "own" rule: its mean taken as 0, its std as 1
     if estimator == "grpo":
         spread = groups.rows(std(stats, rules.ddof)) + rules.epsilon * scale
@@ -409,10 +402,10 @@ def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments,
     elif estimator == "batch_std":
         whole = layouts.Whole(config.axis_name)
         rewards, valid = groups.flat(values), groups.flat(jnp.isfinite(values))
-        batch_scale = power_of_two_scale(whole, rewards, valid)
-        batch_std = std(moments(whole, rewards * batch_scale, valid), rules.ddof)
+        batch = moments(whole, rewards, valid, scaled=True)
+        batch_scale = whole.rows(batch.scale)
         # The batch's scale is at most each group's: their quotient is a power of two <= 1.
-        spread = whole.rows(batch_std) + rules.epsilon * batch_scale
+        spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * batch_scale
         advantages, scale = advantages * (batch_scale / scale) / spread, 1
     elif estimator in ("rloo", "rloo_vectorized"):
         count = groups.rows(stats.valid_count)
@@ -454,11 +447,10 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     """``values`` standardized over the batch's finite ones; the others as the convention has."""
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
-    scale = power_of_two_scale(whole, values, valid)
-    batch = moments(whole, values * scale, valid)
-    spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * scale
+    batch = moments(whole, values, valid, scaled=True)
+    spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * whole.rows(batch.scale)
     standardized = jnp.where(
-        whole.rows(batch.constant), 0, deviations(whole, batch, values * scale) / spread
+        whole.rows(batch.constant), 0, deviations(whole, batch, values) / spread
     )
     return _invalid(rules, whole, batch, valid, standardized)
 

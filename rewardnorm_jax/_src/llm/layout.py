@@ -70,6 +70,15 @@ class Contiguous:
         zero = jnp.zeros((), values.dtype)
         return jax.lax.reduce((valid, values), (False, zero), _keep_valid, (1,))[1]
 
+    def reference_and_magnitude(self, values: jax.Array, valid: jax.Array):
+        """:meth:`reference`, and each group's largest valid ``|x|`` (0 for none), in one pass."""
+        zero = jnp.zeros((), values.dtype)
+        magnitudes = jnp.where(valid, jnp.abs(values), zero)
+        reduced = jax.lax.reduce(
+            (valid, values, magnitudes), (False, zero, zero), _keep_valid_and_max, (1,)
+        )
+        return reduced[1], reduced[2]
+
     def largest(self, values: jax.Array, valid: jax.Array) -> jax.Array:
         """Each group's largest valid value (``-inf`` for a group without one)."""
         return jnp.max(jnp.where(valid, values, -jnp.inf), axis=1)
@@ -79,8 +88,21 @@ class Contiguous:
         return per_group[:, None]
 
 
+class _LargestAsReference:
+    """A layout whose reference value is each group's largest valid value (by ``largest``)."""
+
+    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
+        """Each group's largest valid value, the same on every device (0 for none)."""
+        largest = self.largest(values, valid)  # type: ignore[attr-defined]
+        return jnp.where(jnp.isfinite(largest), largest, 0)
+
+    def reference_and_magnitude(self, values: jax.Array, valid: jax.Array):
+        """:meth:`reference`, and each group's largest valid ``|x|`` (0 for none)."""
+        return self.reference(values, valid), self.reference(jnp.abs(values), valid)
+
+
 @dataclasses.dataclass(frozen=True)
-class Ragged:
+class Ragged(_LargestAsReference):
     """Groups named by integer ids in ``[0, num_groups)``; ids out of range belong to none.
 
     The caller checks the ids: an id outside ``[0, num_groups)`` is dropped
@@ -119,11 +141,6 @@ class Ragged:
             largest = jax.lax.pmax(largest, self.axis_name)
         return largest
 
-    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
-        """Each group's largest valid value, the same on every device (0 for none)."""
-        largest = self.largest(values, valid)
-        return jnp.where(jnp.isfinite(largest), largest, 0)
-
     def rows(self, per_group: jax.Array) -> jax.Array:
         """Each answer's entry of ``per_group``; NaN (False) for an id out of range."""
         fill = False if per_group.dtype == jnp.bool_ else jnp.nan
@@ -135,7 +152,7 @@ class Ragged:
 
 
 @dataclasses.dataclass(frozen=True)
-class Whole:
+class Whole(_LargestAsReference):
     """The batch as one group: on every device of ``axis_name`` together, if it is set."""
 
     axis_name: Any = None
@@ -159,11 +176,6 @@ class Whole:
         if self.axis_name is not None:  # one value for every device
             largest = jax.lax.pmax(largest, self.axis_name)
         return largest
-
-    def reference(self, values: jax.Array, valid: jax.Array) -> jax.Array:
-        """The batch's largest valid value, the same on every device (0 for none)."""
-        largest = self.largest(values, valid)
-        return jnp.where(jnp.isfinite(largest), largest, 0)
 
     def rows(self, per_group: jax.Array) -> jax.Array:
         """The batch's entry, broadcastable against every answer."""
@@ -193,3 +205,7 @@ def _add(a: tuple, b: tuple) -> tuple:
 
 def _keep_valid(a: tuple, b: tuple) -> tuple:
     return a[0] | b[0], jnp.where(a[0], a[1], b[1])
+
+
+def _keep_valid_and_max(a: tuple, b: tuple) -> tuple:
+    return (*_keep_valid(a[:2], b[:2]), jnp.maximum(a[2], b[2]))

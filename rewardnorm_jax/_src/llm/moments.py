@@ -45,14 +45,15 @@ class Moments(NamedTuple):
 
     valid_count: jax.Array  # valid answers
     weight: jax.Array  # their total weight (the valid count without weights)
-    shift: jax.Array  # c, a valid value of the group (0 for a group without one)
-    mean: jax.Array  # the (weighted) mean of x - c
+    scale: jax.Array  # s, the power of two the values are taken at (1 unless scaled)
+    shift: jax.Array  # c, a valid value of the group times s (0 for a group without one)
+    mean: jax.Array  # the (weighted) mean of s x - c
     squares: jax.Array  # (weighted) sum of squared deviations from the mean; 0 if constant
     constant: jax.Array  # bool: the valid values are all equal (or there are none)
 
 
 def moments(
-    layout, values: jax.Array, valid: jax.Array, weights=None, *, heaviest=False
+    layout, values: jax.Array, valid: jax.Array, weights=None, *, heaviest=False, scaled=False
 ) -> Moments:
     r"""The :class:`Moments` of ``values`` in the groups of ``layout``.
 
@@ -69,13 +70,26 @@ def moments(
       heaviest: shift by a value of the largest weight, whose distance to the
         weighted mean is within the weighted spread whatever the other
         weights are (a weighted mask, where a large value may weigh nothing).
+      scaled: take the moments of :math:`s x`, :math:`s` the power of two that
+        brings each group's largest valid :math:`|x|` into [0.5, 1)
+        (:func:`power_of_two`), found in the pass that finds :math:`c`. A power
+        of two moves only the exponent, so the moments of :math:`s x` are exact
+        scalings of those of :math:`x` wherever these fit the dtype, and fit
+        wherever the values do (rewards near the float32 limits, spreads of
+        1e-30). Deviations and spreads are then in units of :math:`1 / s`.
     """
     candidates = valid
     if weights is not None:
         weights = jnp.where(valid, weights, 0).astype(values.dtype)
         if heaviest:
             candidates = valid & (weights == layout.rows(layout.largest(weights, valid)))
-    shift = layout.reference(values, candidates)
+    if scaled:  # heaviest picks among the valid values: the largest |x| needs them all
+        shift, largest = layout.reference_and_magnitude(values, valid)
+        scale = power_of_two(largest)
+        values, shift = values * layout.rows(scale), shift * scale
+    else:
+        shift = layout.reference(values, candidates)
+        scale = jnp.ones_like(shift)
     shifted = jnp.where(valid, values - layout.rows(shift), 0)
     flags = valid.astype(values.dtype)
     if weights is None:
@@ -103,6 +117,7 @@ def moments(
     return Moments(
         valid_count=count,
         weight=weight,
+        scale=scale,
         shift=shift,
         mean=jnp.where(constant, 0, mean),
         squares=jnp.where(constant, 0, jnp.maximum(squares, 0)),
@@ -111,8 +126,10 @@ def moments(
 
 
 def deviations(layout, moments: Moments, values: jax.Array) -> jax.Array:
-    """Each value minus its group's (weighted) mean: :math:`(x_i - c) - m`."""
-    return (values - layout.rows(moments.shift)) - layout.rows(moments.mean)
+    """Each value minus its group's (weighted) mean, at its scale: :math:`(s x_i - c) - m`."""
+    return (values * layout.rows(moments.scale) - layout.rows(moments.shift)) - layout.rows(
+        moments.mean
+    )
 
 
 def variance(stats: Moments, ddof: int) -> jax.Array:
@@ -130,23 +147,15 @@ def std(stats: Moments, ddof: int) -> jax.Array:
     return jnp.sqrt(variance(stats, ddof))
 
 
-def power_of_two_scale(layout, values: jax.Array, valid: jax.Array) -> jax.Array:
-    r"""Per group, the power of two :math:`s`: its largest valid :math:`|x|` times s in [0.5, 1).
+def power_of_two(largest: jax.Array) -> jax.Array:
+    """The power of two that brings ``largest`` > 0 into [0.5, 1): a normal number (else 1).
 
-    Values multiplied by :math:`s` keep every digit (a power of two only moves
-    the exponent), and their sums, squares and quotients are those of the
-    values times :math:`s`, :math:`s^2` or 1, rounded alike: the moments of
-    :math:`s x` are exact scalings of those of :math:`x` wherever the latter
-    fit the dtype, and fit wherever the values do (rewards near the float32
-    limits, spreads of 1e-30). :math:`s` stays a normal number, and is 1 for
-    a group without a nonzero valid value. Broadcastable against the grouped
-    values (``layout.rows``).
+    Built bit by bit (exactly), clipped to the dtype's normal exponents.
     """
-    info = jnp.finfo(values.dtype)
-    largest = layout.largest(jnp.abs(values), valid)
+    info = jnp.finfo(largest.dtype)
     _, exponent = jnp.frexp(jnp.where(jnp.isfinite(largest) & (largest > 0), largest, 1))
     exponent = jnp.clip(exponent, info.minexp + 1, info.maxexp - 2)
-    return layout.rows(_power_of_two(-exponent, values.dtype))
+    return _power_of_two(-exponent, largest.dtype)
 
 
 def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:

@@ -310,11 +310,13 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     entries: Any = math.prod(values.shape[: values.ndim - stats.mean.ndim])  # symbolic: export
     flat = values.reshape(entries, *stats.mean.shape)
     flat_mask = mask.reshape(entries, *stats.mean.shape)
-    if not isinstance(entries, int):  # a symbolic batch (jax.export): rows of its own first
+    if isinstance(entries, int):
+        rows = min(_HEAD_ROWS, entries)
+    else:  # a symbolic batch (jax.export): unselected rows after it, so that it has enough
         padding = jnp.broadcast_to(stats.mean, (_HEAD_ROWS, *stats.mean.shape))
         flat = jnp.concatenate([flat, padding.astype(flat.dtype)])
         flat_mask = jnp.concatenate([flat_mask, jnp.zeros(padding.shape, bool)])
-    rows = min(_HEAD_ROWS, entries) if isinstance(entries, int) else _HEAD_ROWS
+        rows = _HEAD_ROWS
     fresh = stats.sample_count == 0
     first_row = (jnp.arange(rows) == 0).reshape(rows, *(1,) * stats.mean.ndim)
     # The running mean last: chosen when nothing before it is. Under axis_name only a
