@@ -224,6 +224,32 @@ _project = jax.jit(
 )
 
 
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(
+    num_atoms=st.sampled_from([2, 5, 101]),  # a few sizes: each is one compilation
+    lower=st.floats(-1e4, 1e4),
+    width=st.floats(1e-2, 1e4),
+    offsets=hnp.arrays(np.float64, 24, elements=st.floats(-0.2, 1.2)),
+    discount=st.floats(0, 1),
+)
+def test_uniform_supports_find_the_atoms_a_search_finds(num_atoms, lower, width, offsets, discount):
+    # A uniform support places a value between its atoms by arithmetic; the same atoms as
+    # rn.support(...) are searched. Both give the same bits, at and beside every atom too.
+    hypothesis.assume(width / num_atoms > 3e-7 * (abs(lower) + width))  # atoms 3 ulp apart
+    uniform = rn.uniform_support(lower, lower + width, num_atoms)
+    searched = rn.support(uniform.atoms)
+    atoms = np.asarray(uniform.atoms)
+    beside = np.concatenate([atoms, np.nextafter(atoms, -np.inf), np.nextafter(atoms, np.inf)])
+    targets = np.concatenate([beside, lower + width * offsets, [np.nan]]).astype(np.float32)
+    np.testing.assert_array_equal(_two_hot(targets, uniform), _two_hot(targets, searched))
+    probs = np.full((3, num_atoms), 1 / num_atoms, np.float32)
+    rewards = np.asarray(targets[-4:-1] - atoms[num_atoms // 2], np.float32)
+    discounts = np.full(3, discount, np.float32)
+    np.testing.assert_array_equal(
+        _project(probs, uniform, rewards, discounts), _project(probs, searched, rewards, discounts)
+    )
+
+
 def test_projection_is_exact_where_a_moved_atom_lands_on_an_atom():
     # b = (r + gamma z - v_min) / dz lands exactly on atoms: no mass lost (the l == u case).
     support = rn.uniform_support(-10.0, 10.0, 21)
@@ -353,7 +379,7 @@ def test_a_target_on_an_atom_has_the_gradient_of_one_beside_it():
 
 def test_a_nan_target_gives_a_nan_row():
     support = rn.uniform_support(-1.0, 1.0, 5)
-    for encode in (rn.two_hot, rn.hl_gauss):
+    for encode in (rn.two_hot, rn.hl_gauss, jax.jit(rn.two_hot), jax.jit(rn.hl_gauss)):
         rows = np.asarray(encode(jnp.array([np.nan, 0.5]), support))
         assert np.isnan(rows[0]).all()
         assert np.isfinite(rows[1]).all()

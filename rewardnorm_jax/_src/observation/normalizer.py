@@ -13,8 +13,9 @@ across ``axis_name`` like every other statistic, freeze, and checkpoint:
 Precision: :math:`\mu` is subtracted as its two words, ``(x - mean) -
 mean_low``. A float32 mean rounded to one word is off by up to half an ulp of
 the mean, which at mean :math:`10^3` and spread 0.1 is :math:`3 \times
-10^{-4}` standard deviations; the two words keep the normalized observation
-within :math:`10^{-5}` of float64 there.
+10^{-4}` standard deviations; the two words, and a merge that carries its
+roundings into the low word, keep the normalized observation within
+:math:`10^{-5}` standard deviations of float64 there, from the first batch on.
 
 Presets reproduce the normalizers users have:
 

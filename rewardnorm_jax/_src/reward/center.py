@@ -54,10 +54,15 @@ def init(config: CenterRewardConfig, batch_shape: base.Shape) -> CenterRewardSta
 
 
 def apply(config: CenterRewardConfig, state: CenterRewardState, reward, task) -> jax.Array:
-    """The rewards minus the running mean of their statistics (NaN and inf pass as they are)."""
+    """The rewards minus the running mean of their statistics (NaN and inf pass as they are).
+
+    The mean is subtracted as its two words, ``(reward - mean) - mean_low``: the
+    first difference is exact where the reward is near the mean.
+    """
     reward = jnp.asarray(reward, config.dtype)
     task = config.statistics.env_task(task, reward.shape)
-    return reward - rs.per_key(state.stats.mean, task)
+    stats = state.stats
+    return (reward - rs.per_key(stats.mean, task)) - rs.per_key(stats.mean_low, task)
 
 
 def step(config: CenterRewardConfig, state: CenterRewardState, inputs: base.StepInputs):

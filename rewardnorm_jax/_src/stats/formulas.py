@@ -265,7 +265,26 @@ def two_sum(xp, high, low, increment):
     return total, select(xp, error == error, error, 0.0)
 
 
-def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, delta, batch_var):
+def _mean_increment(xp, delta, delta_low, ratio, rest):
+    r"""The mean's increment :math:`\delta \, n_b / n'` as ``head + tail``, ``head`` added first.
+
+    ``ratio`` is :math:`n_b / n'` and ``rest`` :math:`n / n'`. A rounded
+    :math:`\delta \cdot n_b / n'` is off by half an ulp of the increment: as
+    much as the mean's own rounding when the batch holds most of the weight (a
+    first batch, whose :math:`\delta` is the whole mean). There the increment
+    is :math:`\delta - \delta \, n / n'`: ``delta`` exactly, then a small
+    product whose rounding is small; elsewhere the product's rounding is small
+    beside the mean. ``delta_low`` joins the tail at the same ratio.
+    """
+    mostly_batch = ratio > 0.5
+    head = select(xp, mostly_batch, delta, delta * ratio)
+    tail = select(xp, mostly_batch, -(delta * rest), 0.0 * delta) + delta_low * ratio
+    return head, tail
+
+
+def add_batch_moments(
+    xp, mean, mean_low, m2, m2_low, weight, batch_count, delta, batch_var, delta_low=0.0
+):
     r"""Adds a batch, given by its moments, to compensated running moments.
 
     The running moments are the mean :math:`\mu` and the sum of squared
@@ -292,6 +311,8 @@ def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, delta
             \mu_{low})`, computed by the caller with the low word kept
             (``(mu_b - mean) - mean_low``): ``mean + mean_low`` rounds the low word away.
         batch_var: the batch's population variance :math:`\sigma_b^2`.
+        delta_low: the rounding error of ``delta`` (its exact value is ``delta +
+            delta_low``), carried into the mean's low word.
 
     Returns:
         ``(mean, mean_low, m2, m2_low)`` with the batch added.
@@ -300,11 +321,15 @@ def add_batch_moments(xp, mean, mean_low, m2, m2_low, weight, batch_count, delta
         >>> add_batch_moments(np, 0.0, 0.0, 1.0, 0.0, 1.0, 1, 2.0, 0.0)  # n = 1, x = 2
         (1.0, 0.0, 3.0, 0.0)
     """
-    delta_mean, delta_m2, _ = chan_increments(weight, delta, batch_count, batch_var)
-    mean_finite = abs(delta_mean) < math.inf  # false for +-inf and NaN
-    delta_mean = select(xp, mean_finite, delta_mean, 0.0)
+    _, delta_m2, new_weight = chan_increments(weight, delta, batch_count, batch_var)
+    head, tail = _mean_increment(
+        xp, delta, delta_low, batch_count / new_weight, weight / new_weight
+    )
+    mean_finite = abs(head) < math.inf  # false for +-inf and NaN
+    head, tail = select(xp, mean_finite, head, 0.0), select(xp, mean_finite, tail, 0.0)
     delta_m2 = select(xp, mean_finite & (delta_m2 == delta_m2), delta_m2, math.inf)
-    mean, mean_low = two_sum(xp, mean, mean_low, delta_mean)
+    mean, mean_low = two_sum(xp, mean, mean_low, head)
+    mean, mean_low = two_sum(xp, mean, mean_low, tail)
     m2, m2_low = two_sum(xp, m2, m2_low, delta_m2)
     return mean, mean_low, m2, m2_low
 

@@ -556,8 +556,11 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         jnp, count_b, deviation_sum, square_sum
     )
     # The batch mean's deviation from mean + mean_low, the batch mean never rounded
-    # to the size of the shift: shift - mean is exact when they are close (Sterbenz).
-    delta = ((shift - stats.mean) - stats.mean_low) + mean_deviation
+    # to the size of the shift: shift - mean is exact when they are close (Sterbenz),
+    # and the sum's rounding error is kept (delta_low).
+    delta, delta_low = formulas.two_sum(
+        jnp, (shift - stats.mean) - stats.mean_low, 0.0, mean_deviation
+    )
     weight, m2, m2_low = stats.total_weight, stats.m2, stats.m2_low
     if stats.prior_count == 0 and stats.decay is None:
         # No weight and no sample: a placeholder weight makes the merge a no-op, not 0 / 0.
@@ -573,7 +576,16 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
         m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -decrement)
         weight = weight - batch_count
     mean, mean_low, m2, m2_low = formulas.add_batch_moments(
-        jnp, stats.mean, stats.mean_low, m2, m2_low, weight, batch_count, delta, batch_var
+        jnp,
+        stats.mean,
+        stats.mean_low,
+        m2,
+        m2_low,
+        weight,
+        batch_count,
+        delta,
+        batch_var,
+        delta_low,
     )
     if count_increment is None:  # the float count is exact (_float_count_is_exact)
         count_increment = batch_count.astype(jnp.uint32)

@@ -23,6 +23,7 @@ mass on the end atom). Every function works under ``jit``, ``vmap`` and
 ``grad``; the number of atoms is static.
 """
 
+import functools
 import math
 
 import jax
@@ -41,15 +42,19 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 class Support(struct.PyTreeNode):
-    """The atoms of a categorical distribution, increasing along the last axis.
+    r"""The atoms of a categorical distribution, increasing along the last axis.
 
     ``atoms`` has shape ``(K,)`` (one support) or ``(..., K)`` (one per
     target: per-task bounds); ``space`` (static) is ``"value"`` or
-    ``"symlog"``, the space the atoms are in.
+    ``"symlog"``, the space the atoms are in; ``uniform`` (static) says the
+    atoms are evenly spaced (:func:`uniform_support`, :func:`symlog_support`),
+    so that a value's bracketing atoms are found from its place between the
+    end atoms, :math:`O(1)`, rather than by a binary search, :math:`O(\log K)`.
     """
 
     atoms: jax.Array
     space: str = struct.field(pytree_node=False, default="value")
+    uniform: bool = struct.field(pytree_node=False, default=False)
 
     @property
     def num_atoms(self) -> int:
@@ -94,7 +99,7 @@ def uniform_support(lower, upper, num_atoms: int, *, space: str = "value", dtype
             f"{np.dtype(dtype).name}: neighbouring atoms round to the same value. Pass bounds "
             "further apart, fewer atoms, or dtype=float64."
         )
-    return Support(atoms=atoms, space=space)
+    return Support(atoms=atoms, space=space, uniform=True)
 
 
 def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> Support:
@@ -159,8 +164,12 @@ def two_hot(targets, support: Support) -> jax.Array:
       >>> rn.two_hot(2.25, support).tolist()
       [0.0, 0.0, 0.75, 0.25, 0.0]
     """
-    targets = _targets(targets, support)
-    below, weight = bracket(support.atoms, support.encode(targets))
+    return _two_hot(_targets(targets, support), support)
+
+
+@jax.jit  # one program, also for calls outside jit
+def _two_hot(targets: jax.Array, support: Support) -> jax.Array:
+    below, weight = bracket(support.atoms, support.encode(targets), uniform=support.uniform)
     return _spread(below, weight, support.num_atoms)
 
 
@@ -194,15 +203,25 @@ def hl_gauss(
       [0.0223, 0.2299, 0.4954, 0.2299, 0.0223]
     """
     targets = _targets(targets, support)
-    atoms = aligned(support.atoms, targets.ndim)
+    dtype = support.atoms.dtype
     if edges is not None:
         edges = _checked_edges(edges, support)
     if sigma is None:
-        ratio = checks.check_positive("sigma_ratio", sigma_ratio, atoms.dtype)
+        ratio = checks.check_positive("sigma_ratio", sigma_ratio, dtype)
+        return _hl_gauss(targets, support, edges, None, ratio)
+    sigma = jnp.asarray(checks.check_positive("sigma", sigma, dtype), dtype)
+    return _hl_gauss(targets, support, edges, sigma, None)
+
+
+@jax.jit
+def _hl_gauss(targets, support: Support, edges, sigma, ratio) -> jax.Array:
+    """:func:`hl_gauss` of checked inputs: ``sigma``, or ``ratio`` times the mean bin width."""
+    atoms = aligned(support.atoms, targets.ndim)
+    if sigma is None:
         bins = _edges(atoms) if edges is None else edges
         scale = ratio * (bins[..., -1] - bins[..., 0]) / support.num_atoms  # the mean bin width
     else:
-        scale = jnp.asarray(checks.check_positive("sigma", sigma, atoms.dtype), atoms.dtype)
+        scale = sigma
     y = _clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
     # Edges minus the target from the atoms minus the target: exact near the target,
     # where the Gaussian's mass changes fast (an edge rounded first would cost an ulp of it).
@@ -242,6 +261,11 @@ def decode_probs(probs, support: Support) -> jax.Array:
     probs = checks.as_floating("probs", probs)
     _check_atoms_axis("probs", probs, support)
     _check_batch("probs", probs.shape[:-1], support)
+    return _decode(probs, support)
+
+
+@jax.jit
+def _decode(probs: jax.Array, support: Support) -> jax.Array:
     return support.decode(jnp.sum(probs * aligned(support.atoms, probs.ndim - 1), axis=-1))
 
 
@@ -259,7 +283,13 @@ def decode_logits(logits, support: Support) -> jax.Array:
     """
     logits = _wide(checks.as_floating("logits", logits))
     _check_atoms_axis("logits", logits, support)
-    return decode_probs(jax.nn.softmax(logits, axis=-1), support)
+    _check_batch("logits", logits.shape[:-1], support)
+    return _decode_logits(logits, support)
+
+
+@jax.jit
+def _decode_logits(logits: jax.Array, support: Support) -> jax.Array:
+    return _decode(jax.nn.softmax(logits, axis=-1), support)
 
 
 def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", weights=None):
@@ -295,13 +325,20 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", weigh
         raise ValueError(
             f"targets has shape {targets.shape}; expected the logits' shape {logits.shape}."
         )
+    if weights is not None:
+        weights = checks.as_weights("weights", weights, logits.dtype)
+        if weights.shape != logits.shape[:-1]:
+            raise ValueError(f"weights has shape {weights.shape}; expected {logits.shape[:-1]}.")
+    return _cross_entropy(logits, targets, weights, reduction)
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _cross_entropy(logits, targets, weights, reduction: str) -> jax.Array:
+    """:func:`categorical_cross_entropy` of checked inputs."""
     log_probs = jax.nn.log_softmax(logits, axis=-1)
     # A target of exactly 0 contributes 0, even where its log-probability is -inf.
     losses = -jnp.sum(jnp.where(targets == 0, 0, targets * log_probs), axis=-1)
     if weights is not None:
-        weights = checks.as_weights("weights", weights, losses.dtype)
-        if weights.shape != losses.shape:
-            raise ValueError(f"weights has shape {weights.shape}; expected {losses.shape}.")
         losses = jnp.where(weights != 0, losses * weights, 0)
     if reduction == "none":
         return losses
@@ -312,23 +349,45 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", weigh
     return jnp.where(count > 0, total / jnp.where(count > 0, count, 1), 0)
 
 
-def bracket(atoms: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+def bracket(atoms: jax.Array, y: jax.Array, *, uniform: bool) -> tuple[jax.Array, jax.Array]:
     """Each ``y``'s bracketing atoms: the index ``i`` below, the fraction of the way to ``i + 1``.
 
     ``0 <= i <= K - 2``, ``y`` clipped to the end atoms first. ``atoms`` is
-    ``(K,)`` or ``(B, K)`` with ``y`` of shape ``(B, ...)``.
+    ``(K,)`` or ``(B, K)`` with ``y`` of shape ``(B, ...)``; ``uniform``:
+    they are evenly spaced (the index is computed, not searched).
     """
+    find = _index_between_uniform if uniform else _index_by_search
     if atoms.ndim == 1:
-        below = jnp.searchsorted(atoms[1:-1], y, side="right")
+        below = find(atoms, y)
         lower, upper = atoms[below], atoms[below + 1]
     else:
         batch = atoms.reshape(-1, atoms.shape[-1])
         flat = y.reshape(batch.shape[0], -1)
-        below = jax.vmap(lambda a, v: jnp.searchsorted(a[1:-1], v, side="right"))(batch, flat)
+        below = jax.vmap(find)(batch, flat)
         lower = jnp.take_along_axis(batch, below, axis=-1).reshape(y.shape)
         upper = jnp.take_along_axis(batch, below + 1, axis=-1).reshape(y.shape)
         below = below.reshape(y.shape)
     return below, (_clip(y, lower, upper) - lower) / (upper - lower)
+
+
+def _index_by_search(atoms: jax.Array, y: jax.Array) -> jax.Array:
+    """The last ``i <= K - 2`` with ``atoms[i] <= y`` (0 below the support): a binary search."""
+    return jnp.searchsorted(atoms[1:-1], y, side="right")
+
+
+def _index_between_uniform(atoms: jax.Array, y: jax.Array) -> jax.Array:
+    r""":func:`_index_by_search`'s index for evenly spaced atoms, in :math:`O(1)` per value.
+
+    :math:`\lfloor (y - z_1) (K - 1) / (z_K - z_1) \rfloor` is off by at most
+    one where the atoms' rounding or the quotient's moves ``y`` across an
+    atom; one comparison with each neighbour corrects it.
+    """
+    last = atoms.shape[-1] - 2
+    place = (y - atoms[0]) * ((atoms.shape[-1] - 1) / (atoms[-1] - atoms[0]))
+    # Clipped before the conversion (NaN to 0, infinities to the ends): always a valid index.
+    below = jnp.floor(jnp.minimum(jnp.where(place > 0, place, 0), last)).astype(jnp.int32)
+    below = jnp.where((below > 0) & (y < atoms[below]), below - 1, below)
+    return jnp.where((below < last) & (y >= atoms[below + 1]), below + 1, below)
 
 
 def aligned(atoms: jax.Array, ndim: int) -> jax.Array:
@@ -354,7 +413,10 @@ def _spread(below: jax.Array, weight: jax.Array, num_atoms: int) -> jax.Array:
     index = jnp.arange(num_atoms)
     lower = (index == below[..., None]).astype(weight.dtype)
     upper = (index == below[..., None] + 1).astype(weight.dtype)
-    return lower * (1 - weight[..., None]) + upper * weight[..., None]
+    row = lower * (1 - weight[..., None]) + upper * weight[..., None]
+    # A NaN weight (a NaN target) makes the whole row NaN: compiled, the products
+    # above become selects, which would leave the other atoms at 0.
+    return jnp.where(jnp.isnan(weight)[..., None], jnp.nan, row)
 
 
 def _targets(targets, support: Support) -> jax.Array:

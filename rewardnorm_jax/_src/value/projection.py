@@ -14,9 +14,11 @@ applied to every moved atom and summed,
 
 :math:`h_i` the two-hot weight of atom :math:`i`. This is the projection that
 minimises the Cramér distance (rlax's ``categorical_l2_project``), computed in
-:math:`O(K)` memory and :math:`O(K \log K)` work per sample (a binary search
-of the support for each moved atom, whose two weights are then scattered onto
-its two atoms), where rlax builds a :math:`K \times K` matrix. The mass is conserved
+:math:`O(K)` memory per sample, where rlax builds a :math:`K \times K` matrix:
+each moved atom's two neighbours are found (by its place between the end atoms
+on a uniform support, :math:`O(1)`, so :math:`O(K)` work per sample; by a
+binary search on any other support, :math:`O(K \log K)`), and its two weights
+scattered onto them. The mass is conserved
 (to float rounding), a moved atom that lands on an atom gives it all its mass,
 and the expected value is :math:`r + \gamma_t \sum_j p_j z_j` wherever no moved
 atom is clipped.
@@ -90,11 +92,18 @@ def categorical_projection(
                 f"probs has shape {probs.shape}, but {name} holds atoms of shape "
                 f"{atoms.shape}: probs' leading axes should be {atoms.shape[:-1]}."
             )
+    return _project(probs, support, source, rewards, discounts)
+
+
+@jax.jit  # one program, also for calls outside jit
+def _project(probs, support: Support, source: Support, rewards, discounts) -> jax.Array:
+    """:func:`categorical_projection` of checked inputs, rewards and discounts per sample."""
+    batch = probs.shape[:-1]
     moved = rewards[..., None] + discounts[..., None] * aligned(source.values, len(batch))
     atoms = support.atoms
     if atoms.ndim > 1:  # per-sample atoms, paired with the leading axes of the batch
         atoms = jnp.broadcast_to(aligned(atoms, len(batch)), (*batch, support.num_atoms))
-    below, weight = bracket(atoms, support.encode(moved))
+    below, weight = bracket(atoms, support.encode(moved), uniform=support.uniform)
     projected = _scatter(below, weight, probs, support.num_atoms)
     # A NaN reward or probability makes its whole row NaN, not two of its atoms.
     invalid = jnp.isnan(rewards) | jnp.isnan(discounts) | jnp.isnan(probs).any(axis=-1)
