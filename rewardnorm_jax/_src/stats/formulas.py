@@ -278,7 +278,7 @@ def _mean_increment(xp, delta, delta_low, ratio, rest):
     """
     mostly_batch = ratio > 0.5
     head = select(xp, mostly_batch, delta, delta * ratio)
-    tail = select(xp, mostly_batch, -(delta * rest), 0.0 * delta) + delta_low * ratio
+    tail = select(xp, mostly_batch, -(delta * rest), 0.0) + delta_low * ratio
     return head, tail
 
 
