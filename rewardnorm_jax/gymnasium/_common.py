@@ -218,14 +218,10 @@ _STATS_ATTRIBUTES = ("mean", "var", "count", "update_from_moments")
 def stats_shape(value) -> tuple[int, ...] | None:
     """The shape of running statistics, or None for a value that is not running statistics.
 
-    ``(k,)`` for an :class:`ObjectiveStats` of k objectives, ``()`` for this library's
-    :class:`RunningMeanStd`, the mean's shape for any other object with ``mean``, ``var``,
-    ``count`` and ``update_from_moments`` (Gymnasium's ``RunningMeanStd``, SB3's).
+    The mean's shape, for this library's :class:`RunningMeanStd` (an :class:`ObjectiveStats` of
+    k objectives: ``(k,)``) and for any other object with ``mean``, ``var``, ``count`` and
+    ``update_from_moments`` (Gymnasium's ``RunningMeanStd``, SB3's).
     """
-    if isinstance(value, ObjectiveStats):
-        return (len(value),)
-    if isinstance(value, RunningMeanStd):
-        return ()
     if all(hasattr(value, name) for name in _STATS_ATTRIBUTES):
         return np.shape(value.mean)
     return None
@@ -241,28 +237,19 @@ def describe_stats(value) -> str:
     return f"{value!r} (a {type(value).__name__}, not running statistics)"
 
 
-def own_stats(rms) -> RunningMeanStd | ObjectiveStats:
+def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
     """Running statistics as this library's: its own as they are, another's as a copy.
 
-    Gymnasium's (or SB3's) ``RunningMeanStd`` of shape ``()`` becomes a
-    :class:`RunningMeanStd`; of shape ``(k,)`` an :class:`ObjectiveStats`, column i of it
-    (mean, variance and count, one shared or one per column) the statistics of objective i.
+    Gymnasium's (or SB3's) ``RunningMeanStd`` becomes a :class:`RunningMeanStd` of its shape
+    holding its mean, variance and count (one shared count, or one per entry); of shape ``(k,)``
+    and with ``objectives``, an :class:`ObjectiveStats`, column i the statistics of objective i.
     """
-    if isinstance(rms, (RunningMeanStd, ObjectiveStats)):
+    if isinstance(rms, RunningMeanStd):
         return rms
-    mean = np.asarray(rms.mean, np.float64)
-    stats: RunningMeanStd | ObjectiveStats
-    if mean.shape:
-        stats = ObjectiveStats(mean.shape[0])
-        targets = list(stats)
-    else:
-        stats = RunningMeanStd()
-        targets = [stats]
-    try:  # one count for all columns broadcasts; a mean and a variance per column do not
-        count = np.broadcast_to(np.asarray(rms.count, np.float64), mean.shape).ravel()
-        var = np.asarray(rms.var, np.float64).ravel()
-        for each, *values in zip(targets, count, mean.ravel(), var, strict=True):
-            each.count, each.mean, each.var = (float(value) for value in values)
+    shape = np.shape(rms.mean)
+    stats = ObjectiveStats(*shape) if objectives and len(shape) == 1 else RunningMeanStd(shape)
+    try:
+        stats.count, stats.mean, stats.var = rms.count, rms.mean, rms.var
     except ValueError as error:
         raise ValueError(
             f"return_rms was assigned {describe_stats(rms)} that converts to no statistics of "
@@ -271,10 +258,10 @@ def own_stats(rms) -> RunningMeanStd | ObjectiveStats:
     return stats
 
 
-def holds_prior(stats: RunningMeanStd | ObjectiveStats) -> bool:
+def holds_prior(stats: RunningMeanStd) -> bool:
     """Whether this library's statistics are still the prior: nothing merged, set or loaded."""
-    fresh = ObjectiveStats(len(stats)) if isinstance(stats, ObjectiveStats) else RunningMeanStd()
-    return stats.get_state() == fresh.get_state()
+    held, prior = stats.stats, RunningMeanStd(stats.shape).stats
+    return np.array_equal(held.moments, prior.moments) and not np.any(held.count_words)
 
 
 class Normalizer:
@@ -499,7 +486,7 @@ class Normalizer:
     def _new_stats(self, objective_shape: tuple[int, ...]):
         """Fresh statistics for a reward with these objective axes."""
         stats_shape = self._stats_shape(objective_shape)
-        return ObjectiveStats(stats_shape[0]) if stats_shape else RunningMeanStd()
+        return ObjectiveStats(*stats_shape) if stats_shape else RunningMeanStd()
 
     def _arrays(self, objective_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         """Zeroed per-environment arrays for a layout, by attribute: returns gain its axes."""
@@ -601,7 +588,7 @@ class Normalizer:
                 value = check_returns(key, value, target.shape)
             arrays[attr] = np.asarray(value, target.dtype)
         self._use_layout(objective_shape, "the state holds returns of")
-        if isinstance(self.return_rms, (RunningMeanStd, ObjectiveStats)):
+        if isinstance(self.return_rms, RunningMeanStd):
             self.return_rms.set_state(loaded.get_state())
         else:  # a Gymnasium RunningMeanStd assigned by the user: its own attributes
             rms = self.return_rms

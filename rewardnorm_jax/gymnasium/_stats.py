@@ -1,6 +1,5 @@
 """Gymnasium's ``RunningMeanStd`` interface over the library's statistics, on the host."""
 
-import math
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -37,27 +36,27 @@ def _count(name: str, value) -> int:
     return samples
 
 
-def _host_stats(moments, samples) -> rs.RunningStats:
-    """The core's :class:`~rewardnorm_jax.RunningStats` of these values, as host NumPy arrays.
-
-    ``moments`` is one ``(mean, mean_low, m2, m2_low)`` and ``samples`` an int, or a sequence of
-    each (statistics of shape ``(k,)``).
-    """
-    counts = samples if isinstance(samples, Sequence) else [samples]
-    words = np.array([divmod(count, 2**32) for count in counts], np.uint32)
-    words = words if isinstance(samples, Sequence) else words[0]
-    return rs.RunningStats(np.array(moments, np.float64), words)  # type: ignore[arg-type]  # NumPy arrays, not jax.Array
+def _host_stats(moments: np.ndarray, samples: np.ndarray) -> rs.RunningStats:
+    """The core's :class:`~rewardnorm_jax.RunningStats` of these moments and sample counts."""
+    words = np.stack([samples >> np.uint64(32), samples & np.uint64(2**32 - 1)], -1)
+    return rs.RunningStats(moments, words.astype(np.uint32))  # type: ignore[arg-type]  # host arrays
 
 
 class RunningMeanStd:
-    r"""Mean, variance and count of a stream of scalars, merged batch by batch.
+    r"""Mean, variance and count of a stream of arrays of ``shape``, merged batch by batch.
 
     Starts from Gymnasium's and SB3's prior (mean 0, variance 1, weight ``1e-4``); each batch joins
     by the parallel algorithm of Chan et al. (:doc:`/semantics` writes it out), with the JAX core's
-    code (compensated sums, an exact integer count) in float64. ``mean``, ``var``, ``count`` and
-    ``stats`` are assignable; values no merge produces (a non-finite mean, a negative or NaN
-    :math:`M`, a count outside [0, 2^64 - 1]) raise ValueError wherever they could enter:
-    assignments, :meth:`set_state`, unpickling, conversions.
+    code (compensated sums, an exact integer count) in float64, entry by entry: each entry of
+    ``shape`` keeps its own statistics, as the core's :class:`~rewardnorm_jax.RunningStats` of
+    that shape. ``mean``, ``var``, ``count`` and ``stats`` are assignable; values no merge
+    produces (a non-finite mean, a negative or NaN :math:`M`, a count outside [0, 2^64 - 1])
+    raise ValueError wherever they could enter: assignments, :meth:`set_state`, unpickling,
+    conversions.
+
+    Args:
+      shape: the shape of one sample (an int ``n`` means ``(n,)``), ``()`` (the default) for a
+        stream of numbers.
 
     Example:
       >>> rms = RunningMeanStd()
@@ -68,138 +67,192 @@ class RunningMeanStd:
 
     __slots__ = ("_moments", "_samples")
 
-    def __init__(self):
-        self._moments: tuple[float, float, float, float] = (0.0, 0.0, PRIOR_COUNT, 0.0)
-        self._samples = 0
+    def __init__(self, shape: int | tuple[int, ...] = ()):
+        shape = checks.check_batch_shape(shape, "shape")
+        self._moments = np.zeros((*shape, 4))  # mean, mean_low, m2, m2_low of each entry
+        self._moments[..., 2] = PRIOR_COUNT
+        self._samples = np.zeros(shape, np.uint64)
 
     @property
-    def samples(self) -> int:
-        """Exact number of samples seen (int)."""
-        return self._samples
+    def shape(self) -> tuple[int, ...]:
+        """The shape of one sample (and of ``mean``, ``var`` and ``count``)."""
+        return self._samples.shape
 
     @property
-    def count(self) -> float:
-        """Samples seen plus the prior weight ``1e-4``, as Gymnasium's ``count`` (float).
+    def samples(self):
+        """Exact number of samples seen: an int, or (nested) lists of them for each entry."""
+        return self._samples.tolist()
 
-        Assignable with a value of that form; the variance is kept.
+    @property
+    def count(self):
+        """Samples seen plus the prior weight ``1e-4``, as Gymnasium's ``count`` (float64).
+
+        Assignable with a value of that form (one for every entry, or one each); the variance
+        is kept.
         """
-        return self._samples + PRIOR_COUNT
+        return np.float64(self._held()[0] + PRIOR_COUNT)
 
     @count.setter
     def count(self, value) -> None:
-        count = real("count", value)
-        samples = round(count - PRIOR_COUNT) if math.isfinite(count) else -1
-        if not (
-            0 <= samples <= _MAX_SAMPLES
-            and math.isclose(samples + PRIOR_COUNT, count, rel_tol=1e-12)
-        ):
+        count = self._reals("count", value)
+        samples = np.round(count - PRIOR_COUNT)
+        fits = (samples >= 0) & (samples < 2.0**64)
+        if not np.all(fits & np.isclose(samples + PRIOR_COUNT, count, rtol=1e-12, atol=0)):
             raise ValueError(
                 "count should be a number of samples plus the prior weight 1e-4 "
                 f"(e.g. 10.0001), got count={value!r}."
             )
-        self._set(float(self.mean), 0.0, float(self.var) * (samples + PRIOR_COUNT), 0.0, samples)
+        words = self._moments.copy()
+        words[..., 1:] = 0.0
+        words[..., 0], words[..., 2] = self.mean, self.var * (samples + PRIOR_COUNT)
+        self._set(words, samples.astype(np.uint64))
 
     @property
-    def mean(self) -> np.float64:
-        """Running mean, as Gymnasium's ``mean`` (``numpy.float64``)."""
-        return np.float64(self._moments[0] + self._moments[1])
+    def mean(self):
+        """Running mean, as Gymnasium's ``mean`` (``numpy.float64``, an array for a shape)."""
+        _, mean, mean_low, _, _ = self._held()
+        return np.float64(mean + mean_low)
 
     @mean.setter
     def mean(self, value) -> None:
-        self._set(real("mean", value), 0.0, self.m2, 0.0, self._samples)
+        words = np.zeros_like(self._moments)
+        words[..., 0], words[..., 2] = self._reals("mean", value), self.m2
+        self._set(words, self._samples)
 
     @property
-    def m2(self) -> float:
+    def m2(self):
         """Sum of squared deviations :math:`M`, the prior's included."""
-        return float(self._moments[2] + self._moments[3])
+        _, _, _, m2, m2_low = self._held()
+        return np.float64(m2 + m2_low)
 
     @property
-    def var(self) -> np.float64:
+    def var(self):
         """Population variance ``M / count``, as Gymnasium's ``var`` (``numpy.float64``)."""
-        return np.float64(self.m2 / self.count)
+        past, _, _, m2, m2_low = self._held()
+        return np.float64((m2 + m2_low) / (past + PRIOR_COUNT))
 
     @var.setter
     def var(self, value) -> None:
-        var = real("var", value)
-        if not var >= 0.0:
+        var = self._reals("var", value)
+        if not np.all(var >= 0.0):
             raise ValueError(f"var should be >= 0, got var={value!r}.")
-        self._set(float(self.mean), 0.0, var * self.count, 0.0, self._samples)
+        words = np.zeros_like(self._moments)
+        words[..., 0], words[..., 2] = self.mean, var * self.count
+        self._set(words, self._samples)
 
     @property
     def stats(self) -> rs.RunningStats:
         """The core's :class:`~rewardnorm_jax.RunningStats` of host arrays (a copy); assignable."""
-        return _host_stats(self._moments, self._samples)
+        return _host_stats(self._moments.copy(), self._samples)
 
     @stats.setter
     def stats(self, stats: rs.RunningStats) -> None:
         if getattr(stats, "decay", None) is not None:
             raise ValueError(
                 f"exponential moving statistics (decay={stats.decay}) have no sample "
-                "count to convert; RunningMeanStd holds equally weighted statistics."
+                f"count to convert; {type(self).__name__} holds equally weighted statistics."
             )
-        if np.shape(stats.mean) != ():
+        if np.shape(stats.mean) != self.shape:
+            held = (
+                f"{len(self)} objectives (shape" if isinstance(self, ObjectiveStats) else "(shape"
+            )
             raise ValueError(
-                "only statistics of shape () (one set shared by all environments) "
-                f"convert to RunningMeanStd, got shape {np.shape(stats.mean)}."
+                f"return_rms holds statistics of {held} {self.shape}), got statistics of shape "
+                f"{np.shape(stats.mean)}."
             )
-        mean, mean_low, m2, m2_low = (float(np.asarray(getattr(stats, k))) for k in _FIELDS)
-        self._set(mean, mean_low, m2, m2_low, int(rs.count_as_int(stats)))
+        self._set(np.asarray(stats.moments, np.float64), rs.count_as_int(stats))
 
-    def _set(self, mean: float, mean_low: float, m2: float, m2_low: float, samples: int) -> None:
-        moments = (mean, mean_low, m2, m2_low)
+    def _reals(self, name: str, value) -> np.ndarray:
+        """``value`` as float64 of ``shape`` (one number for every entry broadcasts)."""
+        array = np.asarray(value)
+        if array.dtype.kind not in "iuf" or array.shape not in ((), self.shape):
+            expected = f"real numbers of shape {self.shape}" if self.shape else "a real number"
+            raise ValueError(f"{name} should be {expected}, got {name}={value!r}.")
+        return np.broadcast_to(array.astype(np.float64), self.shape)
+
+    def _set(self, moments: np.ndarray, samples: np.ndarray) -> None:
+        """Checks statistics and writes them in place (views of these statistics see them)."""
         _host_stats(moments, samples).check_values("return_rms")
-        self._moments, self._samples = moments, samples
+        self._moments[...], self._samples[...] = moments, samples
 
     def update(self, x) -> None:
-        """Merges the values of a 1-D array (its moments in its own dtype, as NumPy's)."""
+        """Merges a batch of samples along the first axis (moments in its own dtype, as NumPy's)."""
         x = np.asarray(x)
-        if x.ndim != 1 or x.dtype.kind not in "biuf":
+        if x.shape[1:] != self.shape or x.ndim == 0 or x.dtype.kind not in "biuf":
+            expected = f"an array of shape (n, {', '.join(map(str, self.shape))})"
             raise ValueError(
-                f"x should be a 1-D array of real values, got shape {x.shape} and dtype {x.dtype}."
+                f"x should be {expected if self.shape else 'a 1-D array'} of real values, got "
+                f"shape {x.shape} and dtype {x.dtype}."
             )
-        if x.size:
-            batch_mean, batch_var = formulas.batch_moments(x)
-            self.update_from_moments(batch_mean, batch_var, x.shape[0])
+        if x.shape[0]:
+            self.update_from_moments(*formulas.batch_moments(x), x.shape[0])
 
-    def update_from_moments(self, batch_mean, batch_var, batch_count: int) -> None:
+    def update_from_moments(self, batch_mean, batch_var, batch_count) -> None:
         """Merges a batch given by its mean, population variance (>= 0) and size.
 
         The arithmetic promotes as Gymnasium's: the mean difference is float64, while
-        ``batch_var * batch_count`` keeps the dtype of ``batch_var``.
+        ``batch_var * batch_count`` keeps the dtype of ``batch_var``. With a ``shape``, each
+        argument is one value for every entry or an array of that shape.
         """
-        if type(batch_count) is not int or batch_count < 0:
-            batch_count = _count("batch_count", batch_count)
-        if type(batch_mean) is not float:  # a float64 mean difference, as Gymnasium's
-            floating = isinstance(batch_mean, np.floating)
-            batch_mean = np.float64(batch_mean if floating else real("batch_mean", batch_mean))
-        if type(batch_var) is not float and not isinstance(batch_var, np.floating):
-            batch_var = real("batch_var", batch_var)
-        if batch_var < 0:  # NaN passes: moments of overflowed returns saturate M
-            raise ValueError(f"batch_var should be >= 0, got batch_var={batch_var!r}.")
-        samples = self._samples + batch_count
-        if samples > _MAX_SAMPLES:
-            raise ValueError(
-                f"the sample count would exceed 2**64 - 1 ({self._samples} + {batch_count})."
+        shaped = self._samples.ndim > 0
+        python_numbers = type(batch_mean) is type(batch_var) is float and type(batch_count) is int
+        if shaped or not python_numbers or batch_count < 0 or batch_var < 0:
+            batch_mean, batch_var, batch_count = self._checked_batch(
+                batch_mean, batch_var, batch_count
             )
-        mean, mean_low, m2, m2_low = self._moments
-        weight = self._samples + PRIOR_COUNT
+        past, mean, mean_low, m2, m2_low = self._held()
+        exceeds = batch_count > _MAX_SAMPLES - past
+        if np.any(exceeds) if shaped else exceeds:
+            raise ValueError(f"the sample count would exceed 2**64 - 1 ({past} + {batch_count}).")
         delta = (batch_mean - mean) - mean_low
-        self._moments = formulas.add_batch_moments(
-            np, mean, mean_low, m2, m2_low, weight, batch_count, delta, batch_var
+        merged = formulas.add_batch_moments(
+            np, mean, mean_low, m2, m2_low, past + PRIOR_COUNT, batch_count, delta, batch_var
         )
-        self._samples = samples
+        if shaped:  # each field's new values, into the fields' views
+            np.moveaxis(self._moments, -1, 0)[...] = merged
+        else:
+            self._moments[:] = merged
+        self._samples[...] = past + batch_count
+
+    def _held(self) -> tuple[Any, ...]:
+        """``(samples, mean, mean_low, m2, m2_low)``: Python numbers for shape ``()`` (fast), else
+        views of each entry's values."""
+        if self._samples.ndim:
+            return self._samples, *np.moveaxis(self._moments, -1, 0)
+        return self._samples.item(), *self._moments.tolist()
+
+    def _checked_batch(self, batch_mean, batch_var, batch_count):
+        """The batch's moments checked: a float64 mean, a variance >= 0, integer counts."""
+        counts = np.vectorize(_count, otypes=[np.uint64])("batch_count", batch_count)
+        if counts.shape not in ((), self.shape):
+            raise ValueError(f"batch_count should have shape {self.shape}, got {batch_count!r}.")
+        # batch_var * batch_count keeps a floating batch_var's dtype, as Gymnasium's
+        floating = np.asarray(batch_var).dtype.kind == "f" and np.ndim(batch_var) == 0
+        batch_var = (
+            batch_var if floating and not self.shape else self._reals("batch_var", batch_var)
+        )
+        if np.any(batch_var < 0):  # NaN passes: moments of overflowed returns saturate M
+            raise ValueError(f"batch_var should be >= 0, got batch_var={batch_var!r}.")
+        return (
+            self._reals("batch_mean", batch_mean),
+            batch_var,
+            counts if self.shape else int(counts),
+        )
 
     def get_state(self) -> dict[str, Any]:
-        """``{"mean", "mean_low", "m2", "m2_low": float, "samples": int}``, bit-exact."""
-        moments = map(float, self._moments)
-        return {**dict(zip(_FIELDS, moments, strict=True)), "samples": self._samples}
+        """``{"mean", "mean_low", "m2", "m2_low": float, "samples": int}``, bit-exact.
+
+        With a ``shape``, each value is (nested) lists of the entries' values.
+        """
+        moments = np.moveaxis(self._moments, -1, 0).tolist()
+        return {**dict(zip(_FIELDS, moments, strict=True)), "samples": self.samples}
 
     def set_state(self, state: Mapping[str, Any]) -> None:
         """Restores :meth:`get_state`'s dictionary (``mean_low`` and ``m2_low`` may be left out).
 
         Raises:
-          ValueError: for missing or unknown keys, values that are not real numbers, or
-            statistics no merge produces.
+          ValueError: for missing or unknown keys, values that are not real numbers (of
+            ``shape``), or statistics no merge produces.
         """
         if not isinstance(state, Mapping):
             raise ValueError(f"state should be a mapping from get_state(), got {state!r}.")
@@ -210,18 +263,25 @@ class RunningMeanStd:
                 f"state is missing {missing} and has unknown keys {unknown}; expected keys "
                 f"{_STATE_KEYS} and optionally mean_low, m2_low (as get_state() returns them)."
             )
-        mean, mean_low, m2, m2_low = (real(key, state.get(key, 0.0)) for key in _FIELDS)
-        self._set(mean, mean_low, m2, m2_low, _count("samples", state["samples"]))
+        words = np.stack([self._reals(key, state.get(key, 0.0)) for key in _FIELDS], -1)
+        samples = np.vectorize(_count, otypes=[np.uint64])("samples", state["samples"])
+        if np.shape(samples) != self.shape:
+            raise ValueError(f"samples should have shape {self.shape}, got {state['samples']!r}.")
+        self._set(words, samples)
 
     # Pickling and copy.deepcopy go through the checked state.
     __getstate__ = get_state
-    __setstate__ = set_state
+
+    def __setstate__(self, state: Any) -> None:
+        shape = np.shape(state.get("mean", 0.0)) if isinstance(state, Mapping) else ()
+        RunningMeanStd.__init__(self, shape)
+        self.set_state(state)
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> "RunningMeanStd":
         """New statistics from :meth:`get_state`'s dictionary."""
-        rms = cls()
-        rms.set_state(state)
+        rms = cls.__new__(cls)
+        rms.__setstate__(state)
         return rms
 
     def to_running_stats(self, dtype=None) -> rs.RunningStats:
@@ -233,44 +293,42 @@ class RunningMeanStd:
         ValueError for statistics beyond ``dtype``'s range.
         """
         dtype = rs.check_dtype(dtype)
-        parts = {}
-        mean, mean_low, m2, m2_low = self._moments
-        for name, high, low in (("mean", mean, mean_low), ("m2", m2, m2_low)):
-            with np.errstate(over="ignore"):  # a value beyond float32 is refused below
-                rounded = np.asarray(high, dtype)
-                # A saturated M (+inf) keeps a zero remainder, as the merge leaves it.
-                low = (high - float(rounded)) + low if math.isfinite(high) else 0.0
-            parts[name], parts[name + "_low"] = jnp.asarray(rounded), jnp.asarray(low, dtype)
-        high_word, low_word = divmod(self._samples, 2**32)
-        stats = rs.RunningStats.from_parts(**parts, count_hi=high_word, count_lo=low_word)
+        high = self._moments[..., ::2]  # mean and M; their low words follow each
+        with np.errstate(over="ignore", invalid="ignore"):  # beyond the dtype: refused below
+            rounded = high.astype(dtype)
+            # A saturated M (+inf) keeps a zero remainder, as the merge leaves it.
+            rest = np.where(np.isfinite(high), (high - rounded) + self._moments[..., 1::2], 0.0)
+        moments = np.stack([rounded, rest.astype(dtype)], -1).reshape(self._moments.shape)
+        stats = jax.tree.map(jnp.asarray, _host_stats(moments, self._samples))
         stats.check_values(f"return_rms in {dtype.name}")
         return stats
 
     @classmethod
     def from_running_stats(cls, stats: rs.RunningStats) -> "RunningMeanStd":
-        """Host statistics from the core's :class:`~rewardnorm_jax.RunningStats` of shape ``()``.
+        """Host statistics from the core's :class:`~rewardnorm_jax.RunningStats` (a copy).
 
         Exact (as assigning ``stats``). Raises ValueError for exponential moving statistics,
-        another shape, or values no merge produces.
+        or values no merge produces.
         """
-        rms = cls()
+        rms = RunningMeanStd(np.shape(stats.mean))
         rms.stats = stats
         return rms
 
     def __repr__(self) -> str:
-        mean, var = float(self.mean), float(self.var)
-        return f"RunningMeanStd(mean={mean!r}, var={var!r}, count={self.count!r})"
+        mean, var, count = (np.asarray(x).tolist() for x in (self.mean, self.var, self.count))
+        shape = f"shape={self.shape}, " if self.shape else ""
+        return f"RunningMeanStd({shape}mean={mean!r}, var={var!r}, count={count!r})"
 
 
-class ObjectiveStats:
-    r"""Running statistics of each objective of a vector reward: one :class:`RunningMeanStd` each.
+class ObjectiveStats(RunningMeanStd):
+    r"""Running statistics of each objective of a vector reward: a :class:`RunningMeanStd` each.
 
-    ``stats[i]`` is objective ``i``'s :class:`RunningMeanStd` (a live reference), so the
-    statistics of objective :math:`i` are those a scalar ``NormalizeReward`` keeps of that
-    objective's rewards alone, as MO-Gymnasium's ``MONormalizeReward(env, idx=i)`` does.
-    ``mean``, ``var`` and ``count`` are float64 arrays of shape ``(k,)`` (copies), ``samples``
-    a list of ints; ``stats`` is the core's :class:`~rewardnorm_jax.RunningStats` of shape
-    ``(k,)`` (assignable, checked as :attr:`RunningMeanStd.stats`).
+    The statistics of shape ``(k,)``: ``stats[i]`` is objective ``i``'s :class:`RunningMeanStd`
+    (a live view), so the statistics of objective :math:`i` are those a scalar
+    ``NormalizeReward`` keeps of that objective's rewards alone, as MO-Gymnasium's
+    ``MONormalizeReward(env, idx=i)`` does. ``mean``, ``var`` and ``count`` are float64 arrays
+    of shape ``(k,)`` (copies), ``samples`` a list of ints; :meth:`get_state` is the list of each
+    objective's state.
 
     Args:
       num_objectives: the number of objectives :math:`k \ge 1`.
@@ -282,67 +340,31 @@ class ObjectiveStats:
       ([2.0, 0.0], [2, 0])
     """
 
-    __slots__ = ("_each",)
-    _each: tuple[RunningMeanStd, ...]
+    __slots__ = ()
 
     def __init__(self, num_objectives: int):
         if not (isinstance(num_objectives, numbers.Integral) and num_objectives >= 1):
             raise ValueError(
                 f"num_objectives should be an integer >= 1, got num_objectives={num_objectives!r}."
             )
-        self._each = tuple(RunningMeanStd() for _ in range(int(num_objectives)))
+        super().__init__((int(num_objectives),))
 
     def __len__(self) -> int:
-        return len(self._each)
+        return self.shape[0]
 
     def __getitem__(self, index: int) -> RunningMeanStd:
-        return self._each[index]
+        view = RunningMeanStd.__new__(RunningMeanStd)
+        view._moments, view._samples = self._moments[index], self._samples[index, ...]
+        return view
 
     def __iter__(self) -> Iterator[RunningMeanStd]:
-        return iter(self._each)
+        return (self[i] for i in range(len(self)))
 
-    @property
-    def mean(self) -> np.ndarray:
-        """Running mean of each objective, float64 ``(k,)``."""
-        return np.array([stats.mean for stats in self._each])
-
-    @property
-    def var(self) -> np.ndarray:
-        """Population variance of each objective, float64 ``(k,)``."""
-        return np.array([stats.var for stats in self._each])
-
-    @property
-    def count(self) -> np.ndarray:
-        """Samples of each objective plus the prior weight ``1e-4``, float64 ``(k,)``."""
-        return np.array([stats.count for stats in self._each])
-
-    @property
-    def samples(self) -> list[int]:
-        """Exact number of samples of each objective."""
-        return [stats.samples for stats in self._each]
-
-    @property
-    def stats(self) -> rs.RunningStats:
-        """The core's :class:`~rewardnorm_jax.RunningStats` of shape ``(k,)``, host arrays."""
-        moments = [stats._moments for stats in self._each]
-        return _host_stats(moments, self.samples)
-
-    @stats.setter
-    def stats(self, stats: rs.RunningStats) -> None:
-        if np.shape(stats.mean) != (len(self),):
-            raise ValueError(
-                f"return_rms holds statistics of {len(self)} objectives (shape ({len(self)},)), "
-                f"got statistics of shape {np.shape(stats.mean)}."
-            )
-        moments, words = np.asarray(stats.moments), np.asarray(stats.count_words)
-        parts = [rs.RunningStats(moments[i], words[i], stats.decay) for i in range(len(self))]
-        self.set_state([RunningMeanStd.from_running_stats(part).get_state() for part in parts])
-
-    def get_state(self) -> list[dict[str, Any]]:
+    def get_state(self) -> list[dict[str, Any]]:  # type: ignore[override]  # one per objective
         """:meth:`RunningMeanStd.get_state` of each objective, in order."""
-        return [stats.get_state() for stats in self._each]
+        return [stats.get_state() for stats in self]
 
-    def set_state(self, state: Sequence[Mapping[str, Any]]) -> None:
+    def set_state(self, state: Sequence[Mapping[str, Any]]) -> None:  # type: ignore[override]
         """Restores :meth:`get_state`'s list (all objectives checked before any changes)."""
         if isinstance(state, (str, Mapping)) or not isinstance(state, Sequence):
             raise ValueError(f"state should be the list from get_state(), got {state!r}.")
@@ -350,24 +372,14 @@ class ObjectiveStats:
             raise ValueError(
                 f"state holds statistics of {len(state)} objectives, expected {len(self)}."
             )
-        checked = [RunningMeanStd.from_state(each).get_state() for each in state]
-        for stats, each in zip(self._each, checked, strict=True):
-            stats.set_state(each)
+        checked = [RunningMeanStd.from_state(each) for each in state]
+        self._set(np.stack([c._moments for c in checked]), np.stack([c._samples for c in checked]))
 
-    def __getstate__(self) -> list[dict[str, Any]]:
-        return self.get_state()
+    __getstate__ = get_state  # type: ignore[assignment]  # the list get_state returns
 
     def __setstate__(self, state: Sequence[Mapping[str, Any]]) -> None:
-        self._each = tuple(RunningMeanStd() for _ in state)
+        RunningMeanStd.__init__(self, (len(state),))
         self.set_state(state)
-
-    def to_running_stats(self, dtype=None) -> rs.RunningStats:
-        """The core's :class:`~rewardnorm_jax.RunningStats` of shape ``(k,)`` (a copy).
-
-        Each objective's :meth:`RunningMeanStd.to_running_stats`, stacked: exact in float64.
-        """
-        each = [stats.to_running_stats(dtype) for stats in self._each]
-        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *each)
 
     def __repr__(self) -> str:
         return (
