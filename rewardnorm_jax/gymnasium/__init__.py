@@ -1,8 +1,9 @@
-r"""Gymnasium adapter: drop-in reward wrappers over the library's one copy of the math.
+r"""Gymnasium adapter: drop-in reward and observation wrappers over the library's one math.
 
-``NormalizeReward``, ``TransformReward`` and ``ClipReward`` are :class:`gymnasium.Wrapper`
-subclasses with the signatures, defaults, attributes and results of Gymnasium's wrappers of the
-same names; :mod:`rewardnorm_jax.gymnasium.vector` holds the vector versions. The recurrence and
+``NormalizeReward``, ``TransformReward``, ``ClipReward`` and ``NormalizeObservation`` are
+:class:`gymnasium.Wrapper` subclasses with the signatures, defaults, attributes and results of
+Gymnasium's wrappers of the same names; :mod:`rewardnorm_jax.gymnasium.vector` holds the vector
+versions. The recurrence and
 the statistics merge are the JAX core's code (:mod:`rewardnorm_jax._src.stats.formulas`), run on the
 host in float64 as Gymnasium computes: no JAX call per step, no x64 mode. Only this subpackage
 imports Gymnasium.
@@ -30,10 +31,12 @@ from rewardnorm_jax.gymnasium._common import (
     returns_property,
     step_arrays,
 )
+from rewardnorm_jax.gymnasium._observation import ObservationStatistics
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd
 
 __all__ = [
     "ClipReward",
+    "NormalizeObservation",
     "NormalizeReward",
     "ObjectiveStats",
     "RunningMeanStd",
@@ -203,6 +206,60 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
         clip = clip_function(min_reward, max_reward)
         gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
         TransformReward.__init__(self, env, clip)
+
+
+class NormalizeObservation(
+    gym.ObservationWrapper, gym.utils.RecordConstructorArgs, ObservationStatistics
+):
+    r"""Normalizes observations to be centered at the mean with unit variance.
+
+    Each observation (at ``reset`` and ``step``) first joins the running statistics ``obs_rms``
+    (a :class:`RunningMeanStd` of the observation's shape), then comes out as
+    :math:`(x - \mu) / \sqrt{\sigma^2 + \epsilon}` in float32, feature by feature, as
+    Gymnasium's :class:`gymnasium.wrappers.NormalizeObservation` (its statistics are of the
+    observation space's dtype, float32, where these are float64 with compensated sums: the two
+    agree to float32 rounding). The observation space becomes an unbounded float32 ``Box`` of
+    the same shape; a space without a shape (``Dict``, ``Tuple``) raises ValueError, as in
+    Gymnasium 1.4. ``update_running_mean = False`` freezes the statistics for evaluation;
+    ``save(path)`` / ``load(path)`` write and restore them (the library's checkpoint format,
+    refusing another wrapper's file, another ``epsilon`` or another shape). A non-finite value
+    is left out of its feature's statistics (each feature counts its own samples) and comes out
+    non-finite. An invalid ``epsilon`` raises :class:`gymnasium.error.InvalidBound`. Vector
+    version: :class:`rewardnorm_jax.gymnasium.vector.NormalizeObservation`.
+
+    Args:
+        env: The environment to wrap.
+        epsilon: A stability parameter added to the variance, > 0 and finite.
+
+    Example:
+        Gymnasium's example, with Gymnasium's wrapper beside it:
+
+        >>> import gymnasium as gym, numpy as np
+        >>> from gymnasium.wrappers import NormalizeObservation as GymNormalizeObservation
+        >>> from rewardnorm_jax.gymnasium import NormalizeObservation
+        >>> ours = NormalizeObservation(gym.make("CartPole-v1"))
+        >>> theirs = GymNormalizeObservation(gym.make("CartPole-v1"))
+        >>> same = np.allclose(ours.reset(seed=123)[0], theirs.reset(seed=123)[0], atol=1e-6)
+        >>> done = False
+        >>> while not done:
+        ...     obs, _, term, trunc, _ = ours.step(1)
+        ...     same &= np.allclose(obs, theirs.step(1)[0], rtol=1e-5, atol=1e-6)
+        ...     done = term or trunc
+        >>> bool(same), obs.dtype, ours.obs_rms.samples
+        (True, dtype('float32'), [10, 10, 10, 10])
+
+    Change logs:
+     * Unreleased - Initially added, matching Gymnasium 1.4.0's ``NormalizeObservation``.
+    """
+
+    def __init__(self, env: gym.Env, epsilon: base.Real = 1e-8):
+        gym.utils.RecordConstructorArgs.__init__(self, epsilon=epsilon)
+        gym.ObservationWrapper.__init__(self, env)
+        self.observation_space = self._statistics_for(env.observation_space, epsilon)
+
+    def observation(self, observation) -> np.ndarray:
+        """Merges the observation into the statistics if they are learning; normalized."""
+        return self._normalize(observation, ())
 
 
 from rewardnorm_jax.gymnasium import vector  # noqa: E402  (the vector twins)

@@ -5,7 +5,7 @@ import math
 import os
 import pathlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -264,7 +264,70 @@ def holds_prior(stats: RunningMeanStd) -> bool:
     return np.array_equal(held.moments, prior.moments) and not np.any(held.count_words)
 
 
-class Normalizer:
+class HostStatistics:
+    """``epsilon``, ``update_running_mean`` and ``save`` / ``load``: wrappers with host statistics.
+
+    Subclasses give :meth:`state_dict`, :meth:`load_state_dict` and :meth:`_load_target`.
+    """
+
+    _epsilon: float
+    _update_running_mean: bool
+    state_dict: Callable[[], dict[str, Any]]
+    load_state_dict: Callable[[dict[str, Any]], None]
+    _load_target: Callable[[bytes, str], tuple[dict[str, Any], dict[str, Any]]]
+
+    @property
+    def update_running_mean(self) -> bool:
+        """Property to freeze/continue the running mean calculation of the reward statistics."""
+        return self._update_running_mean
+
+    @update_running_mean.setter
+    def update_running_mean(self, setting: bool | np.bool_) -> None:
+        # A string ("False" is truthy) or an array would freeze nothing, or be ambiguous.
+        if not isinstance(setting, (bool, np.bool_)):
+            raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")
+        self._update_running_mean = bool(setting)
+
+    @property
+    def epsilon(self) -> float:
+        """The stability parameter added to the variance, > 0 and finite."""
+        return self._epsilon
+
+    @epsilon.setter
+    def epsilon(self, value) -> None:
+        epsilon = real("epsilon", value)
+        # epsilon is added to the variance under the square root to keep the division
+        # away from zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
+        if not 0 < epsilon < math.inf:
+            raise InvalidBound(
+                f"`epsilon` should be strictly positive and finite. Received {value}"
+            )
+        self._epsilon = epsilon
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the statistics and the wrapper's arrays to ``path`` (msgpack with a checksum)."""
+        data = checkpoint.save_state(self.state_dict(), self._checkpoint_metadata())
+        pathlib.Path(path).write_bytes(data)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restores what :meth:`save` wrote.
+
+        Raises:
+            ValueError: for a file that is not such a checkpoint, is corrupt, was saved with
+                another wrapper class, other hyperparameters or shapes (each difference named),
+                or holds values no run produces.
+        """
+        data = pathlib.Path(path).read_bytes()
+        template, metadata = self._load_target(data, os.fspath(path))
+        self.load_state_dict(checkpoint.load_state(template, data, metadata))
+
+    def _checkpoint_metadata(self) -> dict[str, Any]:
+        """What a checkpoint records beside the state: the wrapper's class and ``epsilon``."""
+        cls = type(self)
+        return {"wrapper": f"{cls.__module__}.{cls.__qualname__}", "epsilon": self.epsilon}
+
+
+class Normalizer(HostStatistics):
     """``gamma``, ``epsilon``, ``objectives``, ``update_running_mean`` and ``save`` / ``load``.
 
     Out-of-range hyperparameters raise :class:`gymnasium.error.InvalidBound` with Gymnasium
@@ -375,18 +438,6 @@ class Normalizer:
         )
 
     @property
-    def update_running_mean(self) -> bool:
-        """Property to freeze/continue the running mean calculation of the reward statistics."""
-        return self._update_running_mean
-
-    @update_running_mean.setter
-    def update_running_mean(self, setting: bool | np.bool_) -> None:
-        # A string ("False" is truthy) or an array would freeze nothing, or be ambiguous.
-        if not isinstance(setting, (bool, np.bool_)):
-            raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")
-        self._update_running_mean = bool(setting)
-
-    @property
     def gamma(self) -> float:
         """The discount factor of the tracked return, in [0, 1]."""
         return self._gamma
@@ -399,22 +450,6 @@ class Normalizer:
         if not 0 <= gamma <= 1:
             raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {value}")
         self._gamma = gamma
-
-    @property
-    def epsilon(self) -> float:
-        """The stability parameter added to the variance, > 0 and finite."""
-        return self._epsilon
-
-    @epsilon.setter
-    def epsilon(self, value) -> None:
-        epsilon = real("epsilon", value)
-        # epsilon is added to the variance under the square root to keep the division
-        # away from zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
-        if not 0 < epsilon < math.inf:
-            raise InvalidBound(
-                f"`epsilon` should be strictly positive and finite. Received {value}"
-            )
-        self._epsilon = epsilon
 
     def _check_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
         """A ValueError if the layout is set and ``source``'s differs; changes nothing."""
@@ -596,45 +631,24 @@ class Normalizer:
         for attr, value in arrays.items():
             getattr(self, attr)[...] = value  # in place: references to the arrays stay live
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Writes the statistics and tracked returns to ``path`` (msgpack with a checksum)."""
-        data = checkpoint.save_state(self.state_dict(), self._checkpoint_metadata())
-        pathlib.Path(path).write_bytes(data)
+    def _load_target(self, data: bytes, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The template and metadata of the checkpoint ``data``: of its reward layout, if any.
 
-    def load(self, path: str | os.PathLike) -> None:
-        """Restores what :meth:`save` wrote.
-
-        A wrapper that has not stepped yet takes the checkpoint's reward layout.
-
-        Raises:
-            ValueError: for a file that is not such a checkpoint, is corrupt, was saved with
-                another wrapper class, ``gamma``, ``epsilon``, ``objectives``, number of
-                environments or reward layout (one number or k objectives; each difference
-                named), or holds values no run produces.
+        A wrapper that has not stepped yet takes the checkpoint's reward layout (one number or k
+        objectives); one that has raises ValueError for another layout.
         """
-        data = pathlib.Path(path).read_bytes()
         objective_shape = saved_objective_shape(data)
         if objective_shape is None:  # unreadable: load_state names the fault
             objective_shape = self._layout()
-        self._check_layout(objective_shape, f"the checkpoint {os.fspath(path)!r} holds")
-        template, metadata = (
-            self._template(objective_shape),
-            self._checkpoint_metadata(objective_shape),
-        )
-        self.load_state_dict(checkpoint.load_state(template, data, metadata))
+        self._check_layout(objective_shape, f"the checkpoint {source!r} holds")
+        return self._template(objective_shape), self._checkpoint_metadata(objective_shape)
 
     def _checkpoint_metadata(
         self, objective_shape: tuple[int, ...] | None = None
     ) -> dict[str, Any]:
         """What a checkpoint records beside the state: class, hyperparameters, reward layout."""
         objective_shape = self._layout() if objective_shape is None else objective_shape
-        cls = type(self)
-        wrapper = f"{cls.__module__}.{cls.__qualname__}"
-        metadata: dict[str, Any] = {
-            "wrapper": wrapper,
-            "gamma": self.gamma,
-            "epsilon": self.epsilon,
-        }
+        metadata = {**HostStatistics._checkpoint_metadata(self), "gamma": self.gamma}
         if objective_shape:  # a scalar reward's checkpoint keeps the layout it always had
             metadata.update(objectives=self._objectives, num_objectives=objective_shape[0])
         return metadata

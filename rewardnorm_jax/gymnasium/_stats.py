@@ -176,7 +176,12 @@ class RunningMeanStd:
         self._moments[...], self._samples[...] = moments, samples
 
     def update(self, x) -> None:
-        """Merges a batch of samples along the first axis (moments in its own dtype, as NumPy's)."""
+        """Merges a batch of samples along the first axis: each entry's mean and variance.
+
+        NumPy's two passes (``numpy.mean`` / ``numpy.var``), floating samples in their own dtype,
+        integer and boolean ones in float64. Non-finite values are left out: each entry counts
+        its own samples, and NaN never enters the statistics.
+        """
         x = np.asarray(x)
         if x.shape[1:] != self.shape or x.ndim == 0 or x.dtype.kind not in "biuf":
             expected = f"an array of shape (n, {', '.join(map(str, self.shape))})"
@@ -184,8 +189,14 @@ class RunningMeanStd:
                 f"x should be {expected if self.shape else 'a 1-D array'} of real values, got "
                 f"shape {x.shape} and dtype {x.dtype}."
             )
+        x = x if x.dtype.kind == "f" else x.astype(np.float64)
+        finite = np.isfinite(x)
+        counts = np.add.reduce(finite, dtype=np.int64)
+        divisor = np.maximum(counts, 1).astype(x.dtype)  # exact below 2^24 (float32)
+        mean = np.add.reduce(np.where(finite, x, 0.0)) / divisor
+        deviation = np.where(finite, x - mean, 0.0)
         if x.shape[0]:
-            self.update_from_moments(*formulas.batch_moments(x), x.shape[0])
+            self.update_from_moments(mean, np.add.reduce(deviation * deviation) / divisor, counts)
 
     def update_from_moments(self, batch_mean, batch_var, batch_count) -> None:
         """Merges a batch given by its mean, population variance (>= 0) and size.
@@ -215,15 +226,16 @@ class RunningMeanStd:
         self._samples[...] = past + batch_count
 
     def _held(self) -> tuple[Any, ...]:
-        """``(samples, mean, mean_low, m2, m2_low)``: Python numbers for shape ``()`` (fast), else
-        views of each entry's values."""
+        """``(samples, mean, mean_low, m2, m2_low)``: numbers for shape ``()``, else views."""
         if self._samples.ndim:
             return self._samples, *np.moveaxis(self._moments, -1, 0)
         return self._samples.item(), *self._moments.tolist()
 
     def _checked_batch(self, batch_mean, batch_var, batch_count):
         """The batch's moments checked: a float64 mean, a variance >= 0, integer counts."""
-        counts = np.vectorize(_count, otypes=[np.uint64])("batch_count", batch_count)
+        counts = np.asarray(batch_count)
+        if counts.dtype.kind not in "ui" or np.any(counts < 0):  # checked one by one
+            counts = np.vectorize(_count, otypes=[np.uint64])("batch_count", batch_count)
         if counts.shape not in ((), self.shape):
             raise ValueError(f"batch_count should have shape {self.shape}, got {batch_count!r}.")
         # batch_var * batch_count keeps a floating batch_var's dtype, as Gymnasium's
@@ -236,7 +248,7 @@ class RunningMeanStd:
         return (
             self._reals("batch_mean", batch_mean),
             batch_var,
-            counts if self.shape else int(counts),
+            counts.astype(np.uint64) if self.shape else int(counts),
         )
 
     def get_state(self) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrapper` subclasses.
 
-``NormalizeReward``, ``TransformReward`` and ``ClipReward`` replace
+``NormalizeReward``, ``TransformReward``, ``ClipReward`` and ``NormalizeObservation`` replace
 ``gymnasium.wrappers.vector``'s classes of the same names.
 """
 
@@ -9,7 +9,15 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv, VectorRewardWrapper, VectorWrapper
+from gymnasium.logger import warn
+from gymnasium.vector import (
+    AutoresetMode,
+    VectorEnv,
+    VectorObservationWrapper,
+    VectorRewardWrapper,
+    VectorWrapper,
+)
+from gymnasium.vector.utils import batch_space
 
 from rewardnorm_jax._src.core import base
 from rewardnorm_jax._src.core import semantics as sem_lib
@@ -22,8 +30,9 @@ from rewardnorm_jax.gymnasium._common import (
     returns_property,
     step_arrays,
 )
+from rewardnorm_jax.gymnasium._observation import ObservationStatistics
 
-__all__ = ["ClipReward", "NormalizeReward", "TransformReward"]
+__all__ = ["ClipReward", "NormalizeObservation", "NormalizeReward", "TransformReward"]
 
 
 class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer):
@@ -179,3 +188,71 @@ class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
                 )
         gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
         TransformReward.__init__(self, env, clip)
+
+
+class NormalizeObservation(
+    VectorObservationWrapper, gym.utils.RecordConstructorArgs, ObservationStatistics
+):
+    r"""Normalizes the observations of a vector environment, feature by feature.
+
+    One set of statistics (``obs_rms``, of one observation's shape) learns every
+    sub-environment's observation at each ``reset`` and ``step``, reset observations of the
+    NEXT_STEP autoreset included, then the observations come out as
+    :math:`(x - \mu) / \sqrt{\sigma^2 + \epsilon}` in float32: Gymnasium's
+    :class:`gymnasium.wrappers.vector.NormalizeObservation` to float32 rounding, with the rest
+    (statistics, freezing, ``save`` / ``load``, non-finite values, checks) as in
+    :class:`rewardnorm_jax.gymnasium.NormalizeObservation`. As in Gymnasium 1.4, an
+    environment whose ``metadata["autoreset_mode"]`` is not NEXT_STEP, or a partial reset
+    (``reset(options={"reset_mask": m})`` with ``m`` not all true), raises ValueError, and a
+    missing ``autoreset_mode`` is taken as NEXT_STEP with a warning.
+
+    Args:
+        env: The vector environment to wrap.
+        epsilon: A stability parameter added to the variance, > 0 and finite.
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from rewardnorm_jax.gymnasium.vector import NormalizeObservation
+        >>> envs = NormalizeObservation(gym.make_vec("CartPole-v1", 3))
+        >>> obs, _ = envs.reset(seed=123)
+        >>> for _ in range(100):
+        ...     obs, *_ = envs.step(envs.action_space.sample())
+        >>> obs.shape, obs.dtype, envs.obs_rms.samples
+        ((3, 4), dtype('float32'), [303, 303, 303, 303])
+
+    Change logs:
+     * Unreleased - Initially added, matching Gymnasium 1.4.0's vector ``NormalizeObservation``.
+    """
+
+    def __init__(self, env: VectorEnv, epsilon: base.Real = 1e-8):
+        gym.utils.RecordConstructorArgs.__init__(self, epsilon=epsilon)
+        mode = env.metadata.get("autoreset_mode")
+        if mode is None:
+            warn(
+                f"{env} is missing `autoreset_mode` data. Assuming that the vector environment "
+                "it follows the `NextStep` autoreset api or autoreset is disabled. Read "
+                "https://farama.org/Vector-Autoreset-Mode for more details."
+            )
+        elif mode != AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"Expected env.metadata['autoreset_mode'] to be AutoresetMode.NEXT_STEP, got {mode}"
+            )
+        VectorObservationWrapper.__init__(self, env)
+        space = self._statistics_for(self.env.single_observation_space, epsilon)
+        self.single_observation_space = space
+        self.observation_space = batch_space(space, self.num_envs)
+
+    def reset(
+        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Resets every environment (a partial reset raises ValueError), normalizing."""
+        if options is not None and not np.all(options.get("reset_mask", True)):
+            raise ValueError(
+                "NormalizeObservation does not support partial resets. The 'reset_mask' must "
+                "contain all True values."
+            )
+        return super().reset(seed=seed, options=options)  # type: ignore[arg-type, unused-ignore]
+
+    def observations(self, observations) -> np.ndarray:  # type: ignore[override, unused-ignore]
+        """Merges every environment's observation into the statistics if learning; normalized."""
+        return self._normalize(observations, (self.num_envs,))
