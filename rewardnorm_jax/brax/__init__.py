@@ -19,6 +19,11 @@ API:
   ``to_running_statistics(config, state)``: Brax's observation statistics
   (``params[0]`` of its trainers) to and from
   :func:`rewardnorm_jax.normalize_observation`'s, counts exact.
+* ``policy_function(make_policy, params, *, deterministic=True)``: a trained
+  Brax policy as one pure, exportable function of the raw observation, its
+  normalizer (``params[0]``) inside as the library's; ``with_normalizer(params,
+  config, state)``: a library-trained normalizer in the ``params`` of Brax's
+  ``make_policy``.
 
 MuJoCo Playground environments have the same ``State`` fields; pass
 ``wrap=mujoco_playground.wrapper.wrap_for_brax_training`` to ``wrap_env_fn``.
@@ -35,6 +40,7 @@ from rewardnorm_jax._src.core.adapter import (
 from rewardnorm_jax._src.core.extras import requires
 
 with requires("brax", __name__):
+    from rewardnorm_jax.brax._export import policy_function, with_normalizer
     from rewardnorm_jax.brax._running_statistics import (
         from_running_statistics,
         to_running_statistics,
@@ -52,9 +58,11 @@ __all__ = [
     "RewardTransformWrapper",
     "from_running_statistics",
     "get_transform_state",
+    "policy_function",
     "set_transform_state",
     "set_update_stats",
     "to_running_statistics",
+    "with_normalizer",
     "with_stats_from",
     "wrap_env_fn",
 ]
