@@ -11,6 +11,7 @@ running_statistics = pytest.importorskip(
 
 import rewardnorm_jax as rn  # noqa: E402  (after the skip)
 from rewardnorm_jax import brax as rnb  # noqa: E402
+from rewardnorm_jax._src.observation import std as observation_std  # noqa: E402
 from tests.observation_reference import BraxReference  # noqa: E402
 
 DIM = 4
@@ -190,3 +191,67 @@ def test_conversion_refuses_statistics_no_update_makes(field, value, message):
     crafted = brax_state.replace(**{field: getattr(brax_state, field).at[1].set(value)})
     with pytest.raises(ValueError, match=message):
         rnb.from_running_statistics(crafted)
+
+
+SHAPES = {"a": (), "b": (DIM,), "c": (2, 2)}  # feature shapes of a pytree observation
+
+
+def weighted_batch(rng, fractional, envs=32):
+    """Observations of every feature shape, and weights: integers, or fractions of integer total."""
+    obs = {
+        "a": rng.standard_normal(envs) * 3.0 + 10.0,
+        "b": batches(rng.integers(1 << 30), steps=1, envs=envs)[0],
+        "c": rng.standard_normal((envs, 2, 2)) * 1e-2 + 0.5,
+    }
+    weights = np.tile([0.5, 1.5], envs // 2) if fractional else rng.integers(0, 4, envs)
+    return jax.tree.map(lambda x: x.astype(np.float32), obs), weights.astype(np.float32)
+
+
+def weighted_truth(seen, weights):
+    """The float64 weighted mean and standard deviation of every leaf."""
+    w = np.concatenate(weights).astype(np.float64)
+
+    def moments(*leaves):
+        x = np.concatenate(leaves).astype(np.float64)
+        wx = w.reshape(-1, *(1,) * (x.ndim - 1))
+        mean = (wx * x).sum(0) / w.sum()
+        return mean, np.sqrt((wx * (x - mean) ** 2).sum(0) / w.sum())
+
+    return jax.tree.map(moments, *seen)
+
+
+def test_weighted_update_and_denormalize_equal_brax():
+    """Integer weights, and fractional ones of integer total (Brax's count is then exact)."""
+    example = jax.tree.map(jnp.zeros, SHAPES, is_leaf=lambda x: isinstance(x, tuple))
+    norm = rn.normalize_observation("brax")
+    state, brax_state = norm.init(example), running_statistics.init_state(example)
+    probe, _ = weighted_batch(np.random.default_rng(13), False, envs=4)
+    # Before any sample both read the normalized values back as they are (std 1, mean 0).
+    jax.tree.map(np.testing.assert_array_equal, norm.denormalize(state, probe), probe)
+    update, brax_update = jax.jit(norm.update), jax.jit(running_statistics.update)
+    rng, seen, weights_seen = np.random.default_rng(12), [], []
+    for fractional in (False, True, False):
+        obs, weights = weighted_batch(rng, fractional)
+        state = update(state, obs, weights=weights)
+        brax_state = brax_update(brax_state, obs, weights=jnp.asarray(weights))
+        seen.append(obs)
+        weights_seen.append(weights)
+    stats = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rn.RunningStats))
+    truth = jax.tree.leaves(
+        weighted_truth(seen, weights_seen), is_leaf=lambda x: isinstance(x, tuple)
+    )
+    brax_std = jax.tree.leaves(brax_state.std)
+    for leaf, (mean, std), theirs in zip(stats, truth, brax_std, strict=True):
+        assert (rn.count_as_int(leaf) == int(brax_state.count)).all()
+        ours = observation_std(norm.config, leaf)
+        np.testing.assert_allclose(leaf.mean, mean, rtol=1e-6)  # float64's, to float32 rounding
+        np.testing.assert_allclose(ours, std, rtol=1e-6)
+        np.testing.assert_allclose(theirs, ours, rtol=1e-4)  # Brax's float32 Welford error
+    np.testing.assert_allclose(state.stats["a"].mean, brax_state.mean["a"], rtol=1e-6)
+    # denormalize is Brax's, x * std + mean: on Brax's statistics to rounding, and on the
+    # library's (whose std is Brax's to 1e-4 of itself) to rounding at these scales.
+    expected = running_statistics.denormalize(probe, brax_state)
+    brax_norm, held = rnb.from_running_statistics(brax_state)
+    same = lambda g, e: np.testing.assert_allclose(g, e, rtol=1e-6)  # noqa: E731
+    jax.tree.map(same, brax_norm.denormalize(held, probe), expected)
+    jax.tree.map(same, norm.denormalize(state, probe), expected)

@@ -31,6 +31,12 @@ brax       0            0          [1e-6, 1e6]; 1 before data   none   normalize
 Integer and boolean leaves are returned unchanged (their statistics are
 still kept, as Brax keeps them). Non-finite entries are left out of the
 statistics (each feature counts its own samples) and come out non-finite.
+
+``denormalize`` inverts the normalization, :math:`x = \tilde x \sigma + \mu`
+(Brax's ``running_statistics.denormalize``), and ``update(..., weights=w)``
+counts an entry of weight :math:`w` as :math:`w` repeated entries (Brax's
+``running_statistics.update(..., weights=w)``): see :func:`denormalize` and
+:func:`update`.
 """
 
 import dataclasses
@@ -141,21 +147,28 @@ class ObservationNormState(struct.PyTreeNode):
 
 
 class ObservationNormalizer(NamedTuple):
-    """Observation normalization: pure functions over an :class:`ObservationNormState`.
+    r"""Observation normalization: pure functions over an :class:`ObservationNormState`.
 
     Attributes:
       init: ``init(observation) -> state``: statistics for observations like
         ``observation`` (one observation, unbatched: a pytree of arrays or
         ``jax.ShapeDtypeStruct``; only the shapes are read).
-      update: ``update(state, observations, *, active=None) -> state``: merge
-        a batch: every leaf ``(*B, *feature)``, the same leading axes ``B``
-        (none for one observation). ``active`` (shape ``B``) leaves entries out.
+      update: ``update(state, observations, *, active=None, weights=None) ->
+        state``: merge a batch: every leaf ``(*B, *feature)``, the same leading
+        axes ``B`` (none for one observation). ``active`` (shape ``B``) leaves
+        entries out; ``weights`` (shape ``B``, ``>= 0``) counts an entry of
+        weight :math:`w` as :math:`w` repeated entries, the batch joining as
+        its total weight rounded to a whole number of samples.
       apply: ``apply(state, observations) -> observations``: normalized with
         the current statistics, which are left unchanged.
-      step: ``step(state, observations, update_stats=True, *, active=None)
-        -> (observations, state)``: ``update`` and ``apply``, in the preset's
-        order; ``update_stats=False`` (Python or traced) freezes the statistics.
+      step: ``step(state, observations, update_stats=True, *, active=None,
+        weights=None) -> (observations, state)``: ``update`` and ``apply``, in
+        the preset's order; ``update_stats=False`` (Python or traced) freezes
+        the statistics.
       config: the :class:`ObservationConfig`, for checkpoints and messages.
+      denormalize: ``denormalize(state, observations) -> observations``: the
+        inverse of ``apply``, :math:`x = \tilde x \sigma + \mu`, where it does
+        not clip (a clipped value comes back as :math:`\mu \pm c \sigma`).
     """
 
     init: Any
@@ -163,6 +176,7 @@ class ObservationNormalizer(NamedTuple):
     apply: Any
     step: Any
     config: ObservationConfig
+    denormalize: Any
 
 
 def normalize_observation(
@@ -218,11 +232,12 @@ def normalize_observation(
         preset=preset, dtype=rs.check_dtype(dtype), axis_name=axis_name, **options
     )
     return ObservationNormalizer(
-        functools.partial(init, config),
-        functools.partial(update, config),
-        functools.partial(apply, config),
-        functools.partial(step, config),
-        config,
+        init=functools.partial(init, config),
+        update=functools.partial(update, config),
+        apply=functools.partial(apply, config),
+        denormalize=functools.partial(denormalize, config),
+        step=functools.partial(step, config),
+        config=config,
     )
 
 
@@ -288,7 +303,7 @@ def _pairs(config: ObservationConfig, state: ObservationNormState, observations,
 _HEAD_ROWS = 8  # the batch's leading entries a fresh feature's shift is taken from
 
 
-def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
+def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected, weights):
     """One leaf merged: non-finite entries (and unselected ones) left out.
 
     The sums are shifted by an entry of the batch, so that they stay well
@@ -302,8 +317,9 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     found by one small reduction over those candidates (:func:`_first_chosen`),
     so that XLA computes it once rather than again for every entry of the
     batch. The entries left out are filled with it: the sums may weight
-    entries, so they must be finite. The statistics are not differentiated:
-    they are constants of the normalization.
+    entries, so they must be finite. ``weights`` (of the batch shape, or
+    ``None``) weigh the selected entries (:func:`update`). The statistics are
+    not differentiated: they are constants of the normalization.
     """
     values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
     finite = jnp.isfinite(values)
@@ -331,8 +347,16 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected):
     if config.axis_name is not None:
         shift = rs.agreed_shift(stats, found, shift, config.axis_name)
     values = jnp.where(mask, values, shift)
+    if weights is not None:
+        weights = checks.spread(weights, values.shape)
     return rs.merge_checked(
-        stats, values, mask, axis_name=config.axis_name, unselected_alike=True, shift=shift
+        stats,
+        values,
+        mask,
+        axis_name=config.axis_name,
+        unselected_alike=True,
+        shift=shift,
+        weights=weights,
     )
 
 
@@ -358,43 +382,107 @@ def _earlier(a, b):
     return jnp.where(take_a, a[0], b[0]), jnp.where(take_a, a[1], b[1])
 
 
-def _selected(active, update_stats, batch_shape, feature_shape):
-    """The entries to learn from, ``None`` for all: ``active`` and ``update_stats``."""
-    if active is None and isinstance(update_stats, (bool, np.bool_)) and update_stats:
+def _selected(active, weights, update_stats, batch_shape, feature_shape):
+    """The entries to learn from, ``None`` for all: ``active``, a weight > 0 and ``update_stats``.
+
+    A weight that is NaN (a traced one out of range) is not > 0: its entry is left out.
+    """
+    everything = isinstance(update_stats, (bool, np.bool_)) and update_stats
+    if active is None and weights is None and everything:
         return None
     flags = jnp.asarray(update_stats, bool)
     if active is not None:
         flags = flags & jnp.asarray(active, bool)
+    if weights is not None:
+        flags = flags & (weights > 0)
     return checks.spread(jnp.broadcast_to(flags, batch_shape), batch_shape + feature_shape)
+
+
+def _check_batch_shape(name: str, value, batch_shape):
+    if jnp.shape(value) != batch_shape:
+        raise ValueError(
+            f"{name} has shape {jnp.shape(value)}; expected {batch_shape}, the observations' "
+            "batch shape."
+        )
 
 
 def _check_active(active, batch_shape):
     if active is None:
         return None
     checks.check_flag("active", active)
-    if jnp.shape(active) != batch_shape:
-        raise ValueError(
-            f"active has shape {jnp.shape(active)}; expected {batch_shape}, the observations' "
-            "batch shape."
-        )
+    _check_batch_shape("active", active, batch_shape)
     return active
 
 
-def _update(config, state, observations, update_stats, active):
+def _check_weights(config: ObservationConfig, weights, batch_shape):
+    """``weights`` in the statistics dtype; a traced one that is negative or not finite is NaN."""
+    if weights is None:
+        return None
+    weights = checks.as_weights("weights", weights, config.dtype)
+    _check_batch_shape("weights", weights, batch_shape)
+    return weights
+
+
+def _update(config, state, observations, update_stats, active, weights):
     pairs, treedef, batch_shape = _pairs(config, state, observations, "observations")
     active = _check_active(active, batch_shape)
+    weights = _check_weights(config, weights, batch_shape)
     if isinstance(update_stats, (bool, np.bool_)) and not update_stats:
         return state  # frozen by a Python flag: nothing to compile
     merged = [
-        _merge(config, stats, leaf, _selected(active, update_stats, batch_shape, stats.mean.shape))
+        _merge(
+            config,
+            stats,
+            leaf,
+            _selected(active, weights, update_stats, batch_shape, stats.mean.shape),
+            weights,
+        )
         for leaf, stats in pairs
     ]
     return ObservationNormState(treedef.unflatten(merged))
 
 
-def update(config: ObservationConfig, state, observations, *, active=None):
-    """``state`` with a batch of observations merged (see :class:`ObservationNormalizer`)."""
-    return _update(config, state, observations, True, active)
+def update(config: ObservationConfig, state, observations, *, active=None, weights=None):
+    r"""``state`` with a batch of observations merged (see :class:`ObservationNormalizer`).
+
+    ``weights`` (shape ``B``, real, finite, ``>= 0``) counts an entry of
+    weight :math:`w` as :math:`w` repeated entries: with :math:`W = \sum_i
+    w_i`, the batch's mean and variance are the weighted ones,
+
+    .. math::
+        \mu_b = \frac{1}{W} \sum_i w_i x_i, \qquad
+        \sigma_b^2 = \frac{1}{W} \sum_i w_i (x_i - \mu_b)^2,
+
+    and it joins the statistics as :math:`\operatorname{round}(W)` samples
+    (half to even), so that the count stays a whole number. Integer weights
+    (of any real dtype: Brax's float 0/1 weights) give the statistics of the
+    entries repeated, with the count exact while a batch's weights total at
+    most :math:`2^{24}` (float32 statistics; :math:`2^{53}` in float64), and
+    equal Brax's ``running_statistics.update(..., weights=w)`` under the
+    ``"brax"`` preset. Fractional weights weigh the entries within their
+    batch, and the batch weighs its total rounded: a batch of total weight
+    below 1/2 changes nothing. (Brax adds the total's integer part to its
+    count and divides its weighted sums by that count, which is a weighted
+    mean only for totals that are integers.) A weight of 0 is
+    ``active=False`` for its entry; ``active`` and ``weights`` together both
+    apply. Concrete weights are checked; a traced weight that is negative or
+    not finite leaves its entry out, as a weight of 0 (NaN never enters the
+    statistics).
+
+    Raises:
+      ValueError: for ``active`` or ``weights`` not of the batch shape, or a
+        concrete weight that is negative or not finite (naming it).
+      TypeError: for weights that are not real numbers.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> norm = normalize_observation("brax")
+      >>> state = norm.update(norm.init(jnp.zeros(())), jnp.array([1.0, 4.0]),
+      ...                     weights=jnp.array([2.0, 1.0]))  # as [1, 1, 4]
+      >>> float(state.stats.mean[()]), int(state.stats.sample_count[()])
+      (2.0, 3)
+    """
+    return _update(config, state, observations, True, active, weights)
 
 
 def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
@@ -411,28 +499,78 @@ def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
     return divisor
 
 
-def _normalize_leaf(config: ObservationConfig, leaf, stats: rs.RunningStats):
-    if not jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
-        return leaf  # integer and boolean leaves pass unchanged
-    values = jnp.asarray(leaf)
-    dtype = jnp.promote_types(values.dtype, stats.mean.dtype)  # float64 stats: float64 math
-    centred = (values.astype(dtype) - stats.mean) - stats.mean_low
+def _on_floating_leaves(config: ObservationConfig, state, observations, transform):
+    """``transform(config, values, stats)`` on each floating leaf; the others pass unchanged.
+
+    The values are computed in the wider of their dtype and the statistics'
+    (float64 statistics: float64 math) and returned in their own.
+    """
+    pairs, treedef, _ = _pairs(config, state, observations, "observations")
+
+    def leaf_of(leaf, stats):
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            return leaf  # integer and boolean leaves pass unchanged
+        values = jnp.asarray(leaf)
+        dtype = jnp.promote_types(values.dtype, stats.mean.dtype)
+        return transform(config, values.astype(dtype), stats).astype(values.dtype)
+
+    return treedef.unflatten([leaf_of(leaf, stats) for leaf, stats in pairs])
+
+
+def _normalize_leaf(config: ObservationConfig, values, stats: rs.RunningStats):
+    centred = (values - stats.mean) - stats.mean_low
     normalized = centred / std(config, stats)
     if config.clip is not None:
         normalized = jnp.clip(normalized, -config.clip, config.clip)
-    return normalized.astype(values.dtype)
+    return normalized
+
+
+def _denormalize_leaf(config: ObservationConfig, values, stats: rs.RunningStats):
+    return (values * std(config, stats) + stats.mean_low) + stats.mean
 
 
 def apply(config: ObservationConfig, state, observations):
     """``observations`` normalized by the current statistics, which are left unchanged."""
-    pairs, treedef, _ = _pairs(config, state, observations, "observations")
-    return treedef.unflatten([_normalize_leaf(config, leaf, stats) for leaf, stats in pairs])
+    return _on_floating_leaves(config, state, observations, _normalize_leaf)
 
 
-def step(config: ObservationConfig, state, observations, update_stats=True, *, active=None):
+def denormalize(config: ObservationConfig, state, observations):
+    r"""``observations`` of the normalized scale read back: the inverse of ``apply``.
+
+    .. math::
+        x = \tilde x\, \sigma + \mu
+
+    with :math:`\sigma` the divisor ``apply`` uses (:func:`std`: epsilon and
+    the bounds included, 1 before the first sample without a prior) and
+    :math:`\mu` the mean's two words, added low word first. Integer and
+    boolean leaves pass unchanged, as in ``apply``. Under the ``"brax"``
+    preset it equals Brax's ``running_statistics.denormalize(observations,
+    brax_state)`` (``x * std + mean``) for the same statistics. A value that
+    ``apply`` clipped cannot be restored: its clip bound :math:`\pm c` comes
+    back as :math:`\mu \pm c \sigma`. The statistics are left unchanged.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> norm = normalize_observation("brax")
+      >>> state = norm.update(norm.init(jnp.zeros(())), jnp.array([1.0, 3.0]))
+      >>> float(norm.denormalize(state, norm.apply(state, jnp.array(4.0))))
+      4.0
+    """
+    return _on_floating_leaves(config, state, observations, _denormalize_leaf)
+
+
+def step(
+    config: ObservationConfig,
+    state,
+    observations,
+    update_stats=True,
+    *,
+    active=None,
+    weights=None,
+):
     """``update`` and ``apply`` in the preset's order; ``(observations, state)``."""
     checks.check_update_stats(update_stats)
-    new_state = _update(config, state, observations, update_stats, active)
+    new_state = _update(config, state, observations, update_stats, active, weights)
     if config.normalize_first:
         return apply(config, state, observations), new_state
     # The barrier keeps the merge out of the normalization's fused loop, which XLA:CPU

@@ -537,7 +537,9 @@ def agreed_shift(stats: RunningStats, found, first, axis_name):
     return jnp.where(found, first, stats.mean)
 
 
-def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> RunningStats:
+def _add_shifted_sums(
+    stats: RunningStats, sums, shift, count_increment, weighted: bool = False
+) -> RunningStats:
     """The statistics with a batch, given by its shifted sums, added (elementwise).
 
     ``sums`` is ``(sum d, sum d^2, n_b)`` (:func:`~rewardnorm_jax._src.stats.summation.merge_sums`,
@@ -546,6 +548,8 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
     statistics by :func:`~rewardnorm_jax._src.stats.formulas.add_batch_moments`, after
     exponential moving statistics discount their past. ``count_increment`` is
     the count as ``uint32`` when its float ``n_b`` may not be exact, else ``None``.
+    ``weighted`` sums are ``(sum w d, sum w d^2, W)``: the weighted moments join
+    as ``round(W)`` samples (:func:`merge_checked`).
     """
     deviation_sum, square_sum, count_b = sums
     # A sum at the end of the dtype's range has overflowed (or summed clamped terms).
@@ -555,6 +559,8 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
     batch_count, mean_deviation, batch_var = formulas.moments_from_shifted_sums(
         jnp, count_b, deviation_sum, square_sum
     )
+    if weighted:  # a whole number of samples: the count stays an integer
+        batch_count = jnp.round(batch_count)
     # The batch mean's deviation from mean + mean_low, the batch mean never rounded
     # to the size of the shift: shift - mean is exact when they are close (Sterbenz),
     # and the sum's rounding error is kept (delta_low).
@@ -605,9 +611,33 @@ def _add_shifted_sums(stats: RunningStats, sums, shift, count_increment) -> Runn
 
 
 def merge_checked(
-    stats: RunningStats, batch, mask, *, axis_name=None, unselected_alike=False, shift=None
+    stats: RunningStats,
+    batch,
+    mask,
+    *,
+    axis_name=None,
+    unselected_alike=False,
+    shift=None,
+    weights=None,
 ):
-    """:func:`merge_stats` of arrays already checked, with the option it leaves out.
+    r""":func:`merge_stats` of arrays already checked, with the options it leaves out.
+
+    Weights. An entry of integer weight :math:`w` counts as :math:`w`
+    repeated entries. With :math:`d_i = x_i - s` (``shift``) and
+    :math:`W = \sum_i w_i` over the selected entries, the batch's moments are
+    the weighted ones,
+
+    .. math::
+      \mu_b = s + \frac{\sum_i w_i d_i}{W}, \qquad
+      \sigma_b^2 = \frac{\sum_i w_i d_i^2}{W} - \Big(\frac{\sum_i w_i d_i}{W}\Big)^2,
+
+    and the batch joins the statistics as :math:`\operatorname{round}(W)`
+    samples (the same Chan merge), so the count stays a whole number. Integer
+    weights give the statistics of the entries repeated, the count exact
+    while :math:`W` is within the float's integers (:math:`2^{24}` in float32,
+    :math:`2^{53}` in float64). Fractional weights weigh the entries within
+    the batch, and the batch weighs its total rounded to the nearest integer
+    (half to even): a batch of total weight below 1/2 changes nothing.
 
     Args:
       stats: the statistics.
@@ -622,6 +652,10 @@ def merge_checked(
       shift: the value per statistic subtracted from the batch before summing
         (near its data, the same on every participant), or ``None`` for
         :func:`_shift`'s.
+      weights: ``None``, or weights of the batch's shape, finite and ``>= 0``
+        where ``mask`` selects (the others weigh 0), for cumulative or
+        exponential moving statistics (the share of fixed-step statistics,
+        :func:`check_share`, counts entries, not weights).
 
     Returns:
       The merged statistics.
@@ -632,8 +666,10 @@ def merge_checked(
     check_share(stats, entries)
     if shift is None:
         shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
+    if weights is not None and mask is not None:
+        weights = jnp.where(mask, weights, 0.0)
     count_increment = None
-    if not _float_count_is_exact(batch, num_batch_axes, axis_name):
+    if weights is None and not _float_count_is_exact(batch, num_batch_axes, axis_name):
         if mask is None:
             count_increment = jnp.full(stats.mean.shape, entries, jnp.uint32)
         else:
@@ -641,7 +677,7 @@ def merge_checked(
             count_increment = reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
 
     def add(stats, sums):
-        return _add_shifted_sums(stats, sums, shift, count_increment)
+        return _add_shifted_sums(stats, sums, shift, count_increment, weights is not None)
 
     return summation.merge_sums(
         add,
@@ -651,6 +687,7 @@ def merge_checked(
         num_batch_axes,
         axis_name=axis_name,
         weighted=unselected_alike,
+        weights=weights,
     )
 
 

@@ -120,8 +120,13 @@ def everywhere(form: str):
         _EVERYWHERE.reset(token)
 
 
-def merge_sums(merge, stats, deviation, mask, num_batch_axes: int, *, axis_name, weighted: bool):
+def merge_sums(
+    merge, stats, deviation, mask, num_batch_axes: int, *, axis_name, weighted: bool, weights=None
+):
     r"""``merge(stats, T)`` with the totals ``T`` of the batch's deviations.
+
+    Weighted totals, :math:`(\sum w d, \sum w d^2, \sum w)`, take the plain
+    form on every backend (:func:`plain_sums`).
 
     Args:
       merge: ``merge(stats, totals) -> stats``, ``totals`` of shape ``(3, *S)``
@@ -133,13 +138,15 @@ def merge_sums(merge, stats, deviation, mask, num_batch_axes: int, *, axis_name,
       axis_name: mapped axes to sum across as well, or ``None``.
       weighted: whether the entries outside ``mask`` are finite, so that
         they may be weighted by 0 instead of selected away.
+      weights: ``None``, or the entries' weights (same shape, finite, ``>= 0``,
+        0 outside ``mask``).
 
     Returns:
       ``merge``'s statistics.
     """
 
     def plain(stats, deviation, mask):
-        totals = plain_sums(deviation, mask, num_batch_axes)
+        totals = plain_sums(deviation, mask, num_batch_axes, weights)
         return merge(stats, totals if axis_name is None else jax.lax.psum(totals, axis_name))
 
     def tuned(stats, deviation, mask):
@@ -149,15 +156,24 @@ def merge_sums(merge, stats, deviation, mask, num_batch_axes: int, *, axis_name,
         return _merge_in_one_kernel(merge, stats, parts)
 
     form = _EVERYWHERE.get()
-    if not isinstance(math.prod(deviation.shape[:num_batch_axes]), int):
-        form = "plain"  # a symbolic batch (jax.export): the sums that take any size
+    if weights is not None or not isinstance(math.prod(deviation.shape[:num_batch_axes]), int):
+        form = "plain"  # weighted, or a symbolic batch (jax.export): the sums that take any size
     if form is not None:
         return (plain if form == "plain" else tuned)(stats, deviation, mask)
     return jax.lax.platform_dependent(stats, deviation, mask, cpu=tuned, default=plain)
 
 
-def plain_sums(deviation, mask, num_batch_axes: int):
-    """The totals ``(3, *S)`` by one sum each (:func:`_sum_batch`), unselected entries zeroed."""
+def plain_sums(deviation, mask, num_batch_axes: int, weights=None):
+    """The totals ``(3, *S)`` by one sum each (:func:`_sum_batch`), unselected entries zeroed.
+
+    With ``weights`` (0 outside ``mask``), the weighted totals ``(sum w d, sum w d^2, sum w)``;
+    an entry of weight 0 adds 0, whatever its deviation.
+    """
+    if weights is not None:
+        deviation = jnp.where(weights > 0, deviation, 0.0)
+        weighted = weights * deviation
+        terms = (weighted, weighted * deviation, weights)
+        return jnp.stack([_sum_batch(term, num_batch_axes) for term in terms])
     if mask is None:
         size = math.prod(deviation.shape[:num_batch_axes])
         count = jnp.full(deviation.shape[num_batch_axes:], size, deviation.dtype)
