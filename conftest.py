@@ -3,15 +3,25 @@
 A file that needs an extra which is not installed is skipped, with the extra
 to install as the reason, instead of failing to import; so is a test marked
 ``@pytest.mark.requires(module, ...)`` that needs one only when it runs.
+
+The nox sessions share the suite (``noxfile.py``): ``--families-only`` keeps
+the families' tests (``tests/core``, ``stats``, ``reward``, ``value``,
+``llm``, ``observation``) and the Gymnasium adapter's; ``--leave-families-to
+EXTRAS`` leaves out the families' tests that need no extra beyond ``EXTRAS``
+(those run where ``--families-only`` runs), but the contract tests, which
+every session runs.
 """
 
+import functools
 import pathlib
 
 import pytest
 
-from tests._extras import imported_modules, missing_reason
+from tests._extras import extras_needed, imported_modules, missing_reason
 
 ROOT = pathlib.Path(__file__).parent
+FAMILIES = ("core", "stats", "reward", "value", "llm", "observation")  # folders of tests/
+CONTRACTS = ("test_family_contract.py", "test_transform_contract.py")  # run in every session
 
 
 class NeedsExtra(pytest.File):
@@ -52,3 +62,58 @@ def pytest_runtest_setup(item):
         reason = missing_reason(marker.args)
         if reason:
             pytest.skip(reason)
+
+
+def pytest_addoption(parser):
+    """The options that share the suite between the nox sessions (the module's docstring)."""
+    group = parser.getgroup("rewardnorm_jax")
+    group.addoption(
+        "--families-only",
+        action="store_true",
+        help="run only the families' tests and the Gymnasium adapter's",
+    )
+    group.addoption(
+        "--leave-families-to",
+        metavar="EXTRAS",
+        help="leave out the families' tests that need no extra beyond EXTRAS (comma-separated)",
+    )
+
+
+def _in_families(path: pathlib.Path) -> bool:
+    parts = path.relative_to(ROOT).parts
+    return len(parts) > 2 and parts[0] == "tests" and parts[1] in FAMILIES
+
+
+def _gymnasium_adapter(path: pathlib.Path) -> bool:
+    return path.parent == ROOT / "tests" / "adapters" and "gymnasium" in path.name
+
+
+@functools.cache
+def _imports(path: pathlib.Path) -> tuple[str, ...]:
+    return tuple(imported_modules(path.read_text()))
+
+
+def _extras_of(item) -> set[str]:
+    """The extras a test needs: its file's imports and its ``requires`` markers."""
+    markers = [name for marker in item.iter_markers("requires") for name in marker.args]
+    return extras_needed([*_imports(item.path), *markers])
+
+
+def _kept(item, config) -> bool:
+    """Whether ``item`` runs in this session."""
+    path = item.path
+    if config.getoption("families_only"):
+        return _in_families(path) or _gymnasium_adapter(path)
+    left_to = config.getoption("leave_families_to")
+    if left_to is None or not _in_families(path) or path.name in CONTRACTS:
+        return True
+    return not _extras_of(item) <= set(left_to.split(","))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keeps the tests of this session's share of the suite."""
+    kept = [item for item in items if _kept(item, config)]
+    if len(kept) < len(items):
+        chosen = set(map(id, kept))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+        items[:] = kept

@@ -3,16 +3,23 @@
 * ``lint``: ruff format --check, ruff check, mypy.
 * ``full``: every extra, at the oldest supported Python, JAX and Gymnasium
   (gymnax, which needs JAX < 0.12 and Gymnasium < 1.4; Brax's trainers and
-  MuJoCo Playground, which need JAX < 0.10); the whole suite.
-* ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax; the
-  whole suite but the pages' examples (tests that need gymnax skip, naming the
-  extra), including the side by side comparison with Gymnasium 1.4's own wrappers.
+  MuJoCo Playground, which need JAX < 0.10): the adapters, the pages'
+  examples, notebooks, demo and benchmark smoke tests, the doctests, the
+  families' tests that need an extra, and the contract tests.
+* ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax: the
+  families' tests (core, statistics, reward transforms, value targets,
+  language models, observations), the contract tests and the Gymnasium
+  adapter's, including the side by side comparison with Gymnasium 1.4's own
+  wrappers.
 * ``wheel``: builds the wheel and the sdist, checks them with twine, installs
   the wheel into a clean environment and runs the README's examples from it.
 * ``docs``: builds the documentation site, warnings as errors, and checks that every
   Markdown table rendered as a table (the pages' examples run in ``full``, each alone).
 
-Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
+Each test runs once, in the session that has what it needs, but for the contract tests
+(every family's promises under jit, vmap, scan, grad and export) and the Gymnasium
+adapter's (Gymnasium 1.3 and 1.4), which run at both ends of the supported versions; see
+``conftest.py``. Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
 """
 
 import glob
@@ -30,6 +37,7 @@ ROOT = pathlib.Path(__file__).parent
 PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
 OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
+NEWEST_EXTRAS = "gymnasium,dev"  # what `newest` installs: the families' tests need no more
 # -rs: each skip with its reason; -n: one worker per core (at most 4), a file per worker.
 PYTEST = (
     "pytest",
@@ -92,22 +100,17 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=OLDEST)
 def full(session: nox.Session) -> None:
-    """Every extra, at the lowest supported JAX and Gymnasium; the whole suite."""
+    """Every extra, at the lowest supported JAX and Gymnasium; what `newest` cannot run."""
     session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
-    session.run(*PYTEST, *session.posargs, env=compilation_cache(session))
+    leave = ("--leave-families-to", NEWEST_EXTRAS)
+    session.run(*PYTEST, *leave, *session.posargs, env=compilation_cache(session))
 
 
 @nox.session(python=NEWEST)
 def newest(session: nox.Session) -> None:
-    """The newest JAX, Flax and Gymnasium, without gymnax; the whole suite."""
-    session.install("-e", ".[gymnasium,dev]", "jax>=0.12", "gymnasium>=1.4")
-    # The pages' examples run in `full`, which has every extra they import.
-    session.run(
-        *PYTEST,
-        "--ignore=tests/pages/test_doc_examples.py",
-        *session.posargs,
-        env=compilation_cache(session),
-    )
+    """The newest JAX, Flax and Gymnasium, without gymnax; the families' tests."""
+    session.install("-e", f".[{NEWEST_EXTRAS}]", "jax>=0.12", "gymnasium>=1.4")
+    session.run(*PYTEST, "--families-only", *session.posargs, env=compilation_cache(session))
 
 
 @nox.session(python=OLDEST)

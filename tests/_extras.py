@@ -33,6 +33,31 @@ OPTIONAL = {
 }
 
 
+# The library's modules that need an extra: rewardnorm_jax.<name> -> extra.
+SUBPACKAGES = {
+    "gymnax": "gymnax",
+    "gymnasium": "gymnasium",
+    "brax": "brax",
+    "jumanji": "jumanji",
+    "jaxmarl": "jaxmarl",
+    "tunix": "tunix",
+    "demo": "demo",
+    "examples": "demo",
+}
+
+
+def extras_needed(modules: Iterable[str]) -> set[str]:
+    """The extras that install ``modules`` (frameworks, and the library's adapters)."""
+    extras = set()
+    for name in modules:
+        top, _, rest = name.partition(".")
+        if top in OPTIONAL:
+            extras.add(OPTIONAL[top])
+        elif top == "rewardnorm_jax" and rest.partition(".")[0] in SUBPACKAGES:
+            extras.add(SUBPACKAGES[rest.partition(".")[0]])
+    return extras
+
+
 def imported_modules(source: str) -> list[str]:
     """Modules that the top level of ``source`` imports (``from a import b`` gives a and a.b)."""
     names = []

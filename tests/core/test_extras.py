@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from rewardnorm_jax._src.core.extras import MissingExtraError, requires
+from tests._extras import extras_needed, imported_modules
 
 CASES = [  # subpackage, the framework it imports, the extra that installs it
     ("rewardnorm_jax.gymnax", "gymnax", "gymnax"),
@@ -53,3 +54,20 @@ def test_a_missing_module_of_the_library_itself_is_not_blamed_on_an_extra():
     with pytest.raises(ModuleNotFoundError) as excinfo, requires("gymnax", "rewardnorm_jax.gymnax"):
         importlib.import_module("rewardnorm_jax._no_such_module")
     assert not isinstance(excinfo.value, MissingExtraError)
+
+
+def test_the_sessions_share_finds_the_extras_a_test_needs():
+    # conftest.py leaves a family's test to `newest` only where it needs nothing beyond
+    # `newest`'s extras: a framework, an adapter subpackage or a requires marker names them.
+    assert (
+        extras_needed(["jax.numpy", "numpy", "rewardnorm_jax", "rewardnorm_jax._src.stats"])
+        == set()
+    )
+    assert extras_needed(["gymnax.wrappers.purerl", "rewardnorm_jax.brax"]) == {"gymnax", "brax"}
+    assert extras_needed(["rewardnorm_jax.examples.ppo", "tunix.rl", "rlax"]) == {
+        "demo",
+        "tunix",
+        "dev",
+    }
+    source = "import optax\nfrom rewardnorm_jax import gymnasium\nfrom . import x\n"
+    assert extras_needed(imported_modules(source)) == {"demo", "gymnasium"}
