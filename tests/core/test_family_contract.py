@@ -406,3 +406,20 @@ def test_checkpoints_round_trip_and_refuse_another_entry_state(name):
         if type(template) is not type(state):  # another family's state, even of the same leaves
             with pytest.raises(ValueError, match="checkpoint does not match the template"):
                 rn.load_state(template, data)
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVES)
+def test_under_x64_float64_inputs_are_computed_in_float64(name):
+    _, state32, jitted32 = compiled(name)
+    inputs = batch_of(name, 2)
+    want, _ = jitted32(state32, *inputs)
+    with jax.enable_x64(True):
+        run, state = ENTRIES[name].build(None)  # float64 statistics by default under x64
+        wide = [
+            np.asarray(x, np.float64) if np.asarray(x).dtype == np.float32 else x for x in inputs
+        ]
+        out, state = jax.jit(run)(state, *wide)
+    # Categorical targets take the dtype of their support (float32 here), the rest float64.
+    dtype = SUPPORT.atoms.dtype if ENTRIES[name].family == "value" else np.float64
+    assert all(leaf.dtype == dtype for leaf in floating((out, state))), (name, out)
+    assert_close(out, want, rtol=1e-5)
