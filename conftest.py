@@ -9,7 +9,9 @@ the families' tests (``tests/core``, ``stats``, ``reward``, ``value``,
 ``llm``, ``observation``) and the Gymnasium adapter's; ``--leave-families-to
 EXTRAS`` leaves out the families' tests that need no extra beyond ``EXTRAS``
 (those run where ``--families-only`` runs), but the contract tests, which
-every session runs.
+every session runs. A test's extras are read from its file's top-level
+imports and its ``requires`` markers: a test that needs an extra says so
+there (``@pytest.mark.requires``), never by an import inside its body.
 """
 
 import functools
@@ -93,6 +95,10 @@ def _imports(path: pathlib.Path) -> tuple[str, ...]:
     return tuple(imported_modules(path.read_text()))
 
 
+def _gymnasium_doctest(path: pathlib.Path) -> bool:
+    return path.is_relative_to(ROOT / "rewardnorm_jax" / "gymnasium")
+
+
 def _extras_of(item) -> set[str]:
     """The extras a test needs: its file's imports and its ``requires`` markers."""
     markers = [name for marker in item.iter_markers("requires") for name in marker.args]
@@ -103,7 +109,7 @@ def _kept(item, config) -> bool:
     """Whether ``item`` runs in this session."""
     path = item.path
     if config.getoption("families_only"):
-        return _in_families(path) or _gymnasium_adapter(path)
+        return _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
     left_to = config.getoption("leave_families_to")
     if left_to is None or not _in_families(path) or path.name in CONTRACTS:
         return True

@@ -19,6 +19,7 @@ from rewardnorm_jax._src.core.extras import MissingExtraError, install_hint
 OPTIONAL = {
     "gymnax": "gymnax",
     "six": "gymnax",
+    "jaxmarl": "jaxmarl",
     "gymnasium": "gymnasium",
     "brax": "brax",
     "jumanji": "jumanji",

@@ -242,14 +242,19 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
 
     Gymnasium's (or SB3's) ``RunningMeanStd`` becomes a :class:`RunningMeanStd` of its shape
     holding its mean, variance and count (one shared count, or one per entry); of shape ``(k,)``
-    and with ``objectives``, an :class:`ObjectiveStats`, column i the statistics of objective i.
+    and with ``objectives``, an :class:`ObjectiveStats` (so does this library's of that shape),
+    column i the statistics of objective i.
     """
-    if isinstance(rms, RunningMeanStd):
-        return rms
     shape = np.shape(rms.mean)
-    stats = ObjectiveStats(*shape) if objectives and len(shape) == 1 else RunningMeanStd(shape)
+    per_objective = objectives and len(shape) == 1
+    if isinstance(rms, ObjectiveStats if per_objective else RunningMeanStd):
+        return rms
+    stats = ObjectiveStats(*shape) if per_objective else RunningMeanStd(shape)
     try:
-        stats.count, stats.mean, stats.var = rms.count, rms.mean, rms.var
+        if isinstance(rms, RunningMeanStd):  # this library's, of shape (k,): every word kept
+            stats.stats = rms.stats
+        else:
+            stats.count, stats.mean, stats.var = rms.count, rms.mean, rms.var
     except ValueError as error:
         raise ValueError(
             f"return_rms was assigned {describe_stats(rms)} that converts to no statistics of "

@@ -1,5 +1,6 @@
 """What the single-env and vector ``NormalizeObservation`` share: statistics and arithmetic."""
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,12 @@ class ObservationStatistics(HostStatistics):
 
     def _statistics_for(self, space, epsilon) -> gym_spaces.Box:
         """Sets up fresh statistics for observations of ``space``; the normalized space."""
+        self.epsilon = epsilon
         if getattr(space, "shape", None) is None:
             raise ValueError(
                 "NormalizeObservation wrapper requires the observation space to have a shape, "
                 f"got observation_space={space}."
             )
-        self.epsilon = epsilon
         self._update_running_mean = True
         self._obs_rms = RunningMeanStd(space.shape)
         return gym_spaces.Box(-np.inf, np.inf, space.shape, np.float32)
@@ -71,7 +72,8 @@ class ObservationStatistics(HostStatistics):
                 "(the observation space's shape)."
             )
         if self._update_running_mean:
-            rms.update(x.reshape(-1, *rms.shape).astype(np.float64))  # float64 batch moments
+            batch = x.reshape(math.prod(batch_shape), *rms.shape)
+            rms.update(batch.astype(np.float64))  # float64 batch moments
         return ((x - rms.mean) / np.sqrt(rms.var + self._epsilon)).astype(np.float32)
 
     def state_dict(self) -> dict[str, Any]:

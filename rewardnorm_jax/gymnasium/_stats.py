@@ -90,7 +90,7 @@ class RunningMeanStd:
         Assignable with a value of that form (one for every entry, or one each); the variance
         is kept.
         """
-        return np.float64(self._held()[0] + PRIOR_COUNT)
+        return self._held()[0] + PRIOR_COUNT
 
     @count.setter
     def count(self, value) -> None:
@@ -153,17 +153,19 @@ class RunningMeanStd:
                 f"count to convert; {type(self).__name__} holds equally weighted statistics."
             )
         if np.shape(stats.mean) != self.shape:
-            held = (
-                f"{len(self)} objectives (shape" if isinstance(self, ObjectiveStats) else "(shape"
-            )
+            held = f"shape {self.shape}"
+            if isinstance(self, ObjectiveStats):
+                held = f"{len(self)} objectives ({held})"
             raise ValueError(
-                f"return_rms holds statistics of {held} {self.shape}), got statistics of shape "
+                f"{type(self).__name__} holds statistics of {held}, got statistics of shape "
                 f"{np.shape(stats.mean)}."
             )
         self._set(np.asarray(stats.moments, np.float64), rs.count_as_int(stats))
 
-    def _reals(self, name: str, value) -> np.ndarray:
+    def _reals(self, name: str, value):
         """``value`` as float64 of ``shape`` (one number for every entry broadcasts)."""
+        if not self.shape:
+            return np.float64(real(name, value))
         array = np.asarray(value)
         if array.dtype.kind not in "iuf" or array.shape not in ((), self.shape):
             expected = f"real numbers of shape {self.shape}" if self.shape else "a real number"
@@ -322,7 +324,8 @@ class RunningMeanStd:
         Exact (as assigning ``stats``). Raises ValueError for exponential moving statistics,
         or values no merge produces.
         """
-        rms = RunningMeanStd(np.shape(stats.mean))
+        rms = cls.__new__(cls)
+        RunningMeanStd.__init__(rms, np.shape(stats.mean))
         rms.stats = stats
         return rms
 

@@ -227,7 +227,7 @@ class NormalizeObservation(
     def __init__(self, env: VectorEnv, epsilon: base.Real = 1e-8):
         gym.utils.RecordConstructorArgs.__init__(self, epsilon=epsilon)
         mode = env.metadata.get("autoreset_mode")
-        if mode is None:
+        if "autoreset_mode" not in env.metadata:
             warn(
                 f"{env} is missing `autoreset_mode` data. Assuming that the vector environment "
                 "it follows the `NextStep` autoreset api or autoreset is disabled. Read "

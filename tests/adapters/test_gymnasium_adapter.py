@@ -262,7 +262,9 @@ def test_conversion_to_and_from_the_jax_core():
     for name in ("mean", "mean_low", "m2", "m2_low", "count_hi", "count_lo"):
         np.testing.assert_array_equal(getattr(again, name), getattr(core32, name))
     assert RunningMeanStd.from_running_stats(rn.init_stats((2,), np.float32)).shape == (2,)
-    with pytest.raises(ValueError, match=r"statistics of \(shape \(\)\), got .* shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"RunningMeanStd holds statistics of shape \(\), got .* shape \(2,\)"
+    ):
         rms.stats = rn.init_stats((2,), np.float32)
     ema = rn.init_stats((), np.float32, decay=0.99)
     with pytest.raises(ValueError, match="decay"):

@@ -213,3 +213,10 @@ def test_refusals_name_what_is_wrong():
     with pytest.raises(ValueError, match="does not support partial resets"):
         envs.reset(options={"reset_mask": np.array([True, False])})
     envs.reset(options={"reset_mask": np.array([True, True])})
+
+
+def test_zero_sized_observations_and_python_scalars():
+    env = NormalizeObservation(ScriptedObservations(np.zeros((3, 0))))
+    assert env.reset()[0].shape == (0,)
+    assert env.step(0)[0].dtype == np.float32
+    assert type(RunningMeanStd().count) is float

@@ -941,3 +941,20 @@ def test_load_restores_into_assigned_statistics_or_names_the_misfit(tmp_path):
         ),
     ):
         scalar.load(path)
+
+
+def test_a_shaped_running_mean_std_becomes_the_objective_stats_it_fits():
+    shaped = RunningMeanStd((2,))
+    shaped.update(np.array([[1.0, 10.0], [3.0, 30.0]]))
+    env = scripted_mo_env(2)
+    env.return_rms = shaped
+    assert isinstance(env.return_rms, ObjectiveStats)
+    assert (
+        np.asarray(env.return_rms.stats.moments).tobytes()
+        == np.asarray(shaped.stats.moments).tobytes()
+    )
+    env.step(0)  # each objective's statistics learn that objective's return
+    assert env.return_rms.samples == [3, 3]
+    converted = ObjectiveStats.from_running_stats(shaped.stats)
+    assert isinstance(converted, ObjectiveStats)
+    assert converted.samples == [2, 2]
