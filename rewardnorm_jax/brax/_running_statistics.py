@@ -180,8 +180,9 @@ def to_running_statistics(
       dtype, and ``std`` as Brax's update computes it.
 
     Raises:
-      ValueError: for a configuration with a prior, or features that
-        counted different numbers of samples.
+      ValueError: for a configuration with a prior or with statistics per
+        environment or per task, or features that counted different numbers
+        of samples.
     """
     given: tuple[object, object] = (config, state)  # callers may pass anything
     if not isinstance(given[0], observation.ObservationConfig) or not isinstance(
@@ -195,6 +196,11 @@ def to_running_statistics(
         raise ValueError(
             f"to_running_statistics needs statistics without a prior (prior_count=0, the 'brax' "
             f"preset); these have prior_count={config.prior_count!r}, which Brax cannot hold."
+        )
+    if config.statistics.per_env or config.statistics.num_tasks is not None:
+        raise ValueError(
+            f"to_running_statistics needs one set of statistics shared by the batch; these "
+            f"have statistics={config.statistics!r}, which Brax's single set cannot hold."
         )
     leaves = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
     words = np.concatenate([np.asarray(s.count_words).reshape(-1, 2) for s in leaves])

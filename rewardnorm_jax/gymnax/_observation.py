@@ -32,6 +32,11 @@ class NormalizeObservation(ow.ObservationWrapper, GymnaxWrapper):
     ``update_stats=False`` at reset freezes them for the episode.
     :func:`get_observation_state` reads them for a checkpoint or an export.
 
+    ``statistics=rn.Statistics(per_env=True)`` keeps one set per environment
+    of the batch, and ``statistics=rn.Statistics(num_tasks=K)`` with
+    ``task_of=lambda env_state: ...`` (each environment's task id) one per
+    task (:doc:`/observations`).
+
     Example:
       >>> import gymnax
       >>> from rewardnorm_jax.gymnax import NormalizeObservation, VecEnv

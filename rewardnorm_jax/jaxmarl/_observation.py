@@ -23,6 +23,12 @@ class NormalizeObservation(ow.ObservationWrapper, JaxMARLWrapper):
     statistics and may freeze them (evaluation); ``step(key, state, actions,
     update_stats=True)`` freezes them for one step.
 
+    Without ``axis_name``, ``statistics=rn.Statistics(per_env=True)`` keeps
+    one set per environment of the ``jax.vmap``;
+    ``statistics=rn.Statistics(num_tasks=K)`` with ``task_of=lambda
+    env_state: ...`` (the environment's task id) keeps one per task, merged
+    across the axis (:doc:`/observations`).
+
     Example:
       >>> import jaxmarl
       >>> from rewardnorm_jax.jaxmarl import NormalizeObservation

@@ -27,6 +27,11 @@ class NormalizeObservation(ow.ObservationWrapper, Wrapper):
     ``ObservationWrapperState`` (inner state in ``env_state``), read through
     any stack by :func:`get_observation_state`.
 
+    ``statistics=rn.Statistics(per_env=True)`` keeps one set per environment
+    of the batch, and ``statistics=rn.Statistics(num_tasks=K)`` with
+    ``task_of=lambda env_state: ...`` (each environment's task id) one per
+    task (:doc:`/observations`).
+
     Example:
       >>> import jumanji
       >>> from jumanji.wrappers import VmapAutoResetWrapper

@@ -213,8 +213,11 @@ def config_values(config: Any) -> list[Any]:
     return found
 
 
-def check_task_of(task_of: Any, transform: RewardTransform) -> Callable[[Any], jax.Array] | None:
-    """``task_of``, after checking it is given exactly for a keyed transform.
+def check_task_of(task_of: Any, transform: Any) -> Callable[[Any], jax.Array] | None:
+    """``task_of``, after checking it is given exactly for a keyed ``transform``.
+
+    ``transform`` is anything with ``num_tasks``: a
+    :class:`~rewardnorm_jax.RewardTransform`, an observation normalizer.
 
     Raises:
       ValueError: for ``task_of`` with a transform that keeps no per-task

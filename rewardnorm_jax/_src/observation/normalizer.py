@@ -2,8 +2,9 @@ r"""Observation normalization: running mean and variance per feature of an obser
 
 Every leaf of an observation pytree keeps statistics of its own feature shape
 (:class:`~rewardnorm_jax.RunningStats`, one set per feature, shared by the
-batch), merged by the library's one merge, so they count exactly, merge
-across ``axis_name`` like every other statistic, freeze, and checkpoint:
+batch, or kept per environment or per task: the ``statistics`` option),
+merged by the library's one merge, so they count exactly, merge across
+``axis_name`` like every other statistic, freeze, and checkpoint:
 
 .. math::
     \tilde x = \operatorname{clip}\!\left(\frac{x - \mu}{\sigma}, -c, c\right),
@@ -51,6 +52,7 @@ from flax import struct
 
 from rewardnorm_jax._src.core import base, checks
 from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats.placement import SHARED, Statistics
 
 
 def _preset(prior_count, epsilon, std_min, std_max, clip, normalize_first) -> dict[str, Any]:
@@ -96,6 +98,8 @@ class ObservationConfig(base.Config):
         from before that rollout's update) rather than after (Gymnasium,
         Stable-Baselines3 and PureJaxRL update, then normalize).
       dtype: the statistics dtype.
+      statistics: where the statistics live: shared by the batch, per
+        environment or per task (:func:`check_statistics`).
       axis_name: mapped axes the statistics merge across (not checkpointed).
     """
 
@@ -108,6 +112,7 @@ class ObservationConfig(base.Config):
     clip: float | None
     normalize_first: bool
     dtype: np.dtype
+    statistics: Statistics = SHARED
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self) -> None:
@@ -132,43 +137,77 @@ class ObservationConfig(base.Config):
                 "give std_min (Brax's 1e-6), an epsilon > 0, or a prior."
             )
         checks.check_bool("normalize_first", self.normalize_first)
+        check_statistics(self.statistics)
         object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
+
+
+def check_statistics(statistics) -> Statistics:
+    """``statistics`` if observations can keep it: shared, per environment or per task.
+
+    Raises:
+      TypeError: for a value that is no :class:`~rewardnorm_jax.Statistics`.
+      ValueError: for ``components`` (an observation's axes are its features,
+        each with statistics of its own already) or ``decay``.
+    """
+    if not isinstance(statistics, Statistics):
+        raise TypeError(
+            "statistics should be a rewardnorm_jax.Statistics (e.g. rn.Statistics(per_env=True)), "
+            f"got statistics={statistics!r}."
+        )
+    if statistics.components or statistics.decay is not None:
+        raise ValueError(
+            f"statistics={statistics!r} is not supported for observations: use Statistics() "
+            "(one set shared by the batch), Statistics(per_env=True) (one per environment) or "
+            "Statistics(num_tasks=K) (one per task); every feature keeps its own statistics "
+            "already (no components), and they are cumulative (no decay)."
+        )
+    return statistics
 
 
 class ObservationNormState(struct.PyTreeNode):
     """State of :func:`normalize_observation`: statistics per leaf of the observation.
 
     ``stats`` has the observation's pytree structure, with a
-    :class:`~rewardnorm_jax.RunningStats` of the leaf's feature shape where
-    the observation has an array.
+    :class:`~rewardnorm_jax.RunningStats` where the observation has an array,
+    of the leaf's feature shape ``F`` led by the placement's axes:
+    ``F`` (shared), ``(*env_shape, *F)`` (per environment) or ``(K, *F)``
+    (per task). ``env_shape`` (static) is the environments' shape of
+    per-environment statistics, ``()`` otherwise.
     """
 
     stats: Any
+    env_shape: tuple[int, ...] = struct.field(pytree_node=False, default=())
 
 
 class ObservationNormalizer(NamedTuple):
     r"""Observation normalization: pure functions over an :class:`ObservationNormState`.
 
     Attributes:
-      init: ``init(observation) -> state``: statistics for observations like
-        ``observation`` (one observation, unbatched: a pytree of arrays or
-        ``jax.ShapeDtypeStruct``; only the shapes are read).
-      update: ``update(state, observations, *, active=None, weights=None) ->
-        state``: merge a batch: every leaf ``(*B, *feature)``, the same leading
-        axes ``B`` (none for one observation). ``active`` (shape ``B``) leaves
-        entries out; ``weights`` (shape ``B``, ``>= 0``) counts an entry of
-        weight :math:`w` as :math:`w` repeated entries, the batch joining as
-        its total weight rounded to a whole number of samples.
-      apply: ``apply(state, observations) -> observations``: normalized with
-        the current statistics, which are left unchanged.
+      init: ``init(observation, batch_shape=None) -> state``: statistics for
+        observations like ``observation`` (one observation, unbatched: a
+        pytree of arrays or ``jax.ShapeDtypeStruct``; only the shapes are
+        read). ``batch_shape``, the environments' shape, is needed by
+        per-environment statistics, which it leads; the others ignore it.
+      update: ``update(state, observations, *, active=None, weights=None,
+        task=None) -> state``: merge a batch: every leaf ``(*B, *feature)``,
+        the same leading axes ``B`` (none for one observation; ending with
+        the environments' shape for per-environment statistics). ``active``
+        (shape ``B``) leaves entries out; ``weights`` (shape ``B``, ``>= 0``)
+        counts an entry of weight :math:`w` as :math:`w` repeated entries,
+        the batch joining as its total weight rounded to a whole number of
+        samples. ``task`` (shape ``B``, integers in ``[0, K)``): each entry's
+        task, given exactly with per-task statistics.
+      apply: ``apply(state, observations, *, task=None) -> observations``:
+        normalized with the current statistics, which are left unchanged.
       step: ``step(state, observations, update_stats=True, *, active=None,
-        weights=None) -> (observations, state)``: ``update`` and ``apply``, in
-        the preset's order; ``update_stats=False`` (Python or traced) freezes
-        the statistics.
+        weights=None, task=None) -> (observations, state)``: ``update`` and
+        ``apply``, in the preset's order; ``update_stats=False`` (Python or
+        traced) freezes the statistics.
       config: the :class:`ObservationConfig`, for checkpoints and messages.
-      denormalize: ``denormalize(state, observations) -> observations``: the
-        inverse of ``apply``, :math:`x = \tilde x \sigma + \mu`, where it does
-        not clip (a clipped value comes back as :math:`\mu \pm c \sigma`).
+      denormalize: ``denormalize(state, observations, *, task=None) ->
+        observations``: the inverse of ``apply``, :math:`x = \tilde x \sigma +
+        \mu`, where it does not clip (a clipped value comes back as
+        :math:`\mu \pm c \sigma`).
     """
 
     init: Any
@@ -177,6 +216,11 @@ class ObservationNormalizer(NamedTuple):
     step: Any
     config: ObservationConfig
     denormalize: Any
+
+    @property
+    def num_tasks(self) -> int | None:
+        """``None``, or the number of tasks of per-task statistics (calls then need ``task``)."""
+        return self.config.statistics.num_tasks
 
 
 def normalize_observation(
@@ -187,6 +231,7 @@ def normalize_observation(
     std_min=_FROM_PRESET,
     std_max=_FROM_PRESET,
     prior_count=_FROM_PRESET,
+    statistics: Statistics = SHARED,
     dtype=None,
     axis_name=None,
 ) -> ObservationNormalizer:
@@ -201,9 +246,28 @@ def normalize_observation(
       std_min: lower bound of the standard deviation, or ``None``.
       std_max: upper bound of the standard deviation, or ``None``.
       prior_count: the prior's weight (mean 0, variance 1), or 0 for none.
+      statistics: where the statistics live
+        (:class:`~rewardnorm_jax.Statistics`): ``Statistics()`` (default),
+        one set per feature shared by the batch; ``Statistics(per_env=True)``,
+        one set per feature of each environment (``init(observation,
+        batch_shape=(N,))``: statistics ``(N, *feature)``), for environments
+        of scales of their own (domain randomisation); ``Statistics(num_tasks=K)``,
+        one set per feature of each task (statistics ``(K, *feature)``), every
+        call taking ``task=`` ids. Set :math:`s` (an environment, or a task
+        :math:`k`) learns from its entries alone and normalizes them,
+
+        .. math::
+            \mu_s, \sigma^2_s \text{ from } \{x_i : s(i) = s\}, \qquad
+            \tilde x_i = \frac{x_i - \mu_{s(i)}}{\sigma_{s(i)}},
+
+        as separate normalizers of the slices would. An entry whose task id
+        is outside ``[0, K)`` under ``jit`` joins no set and normalizes to
+        NaN (outside ``jit`` it is refused), as on the reward side.
       dtype: statistics dtype, float32 or float64 (default: float64 under x64).
       axis_name: name(s) of mapped axes (``vmap``, ``pmap``, ``shard_map``)
-        whose batches merge into one set of statistics.
+        whose batches merge into one set of statistics: of each task with
+        per-task statistics; position-wise with per-environment ones
+        (environment :math:`i` of every participant shares a set).
 
     Returns:
       An :class:`ObservationNormalizer`.
@@ -218,6 +282,15 @@ def normalize_observation(
       >>> obs, state = norm.step(state, jnp.array([[1.0, 10.0], [3.0, 30.0]]))
       >>> [round(float(x), 4) for x in obs[0]]  # -1, but for the prior of weight 1e-4
       [-0.9998, -0.9998]
+
+      One set per task: the two observations of task 1 share theirs.
+
+      >>> import rewardnorm_jax as rn
+      >>> norm = normalize_observation("brax", statistics=rn.Statistics(num_tasks=2))
+      >>> state = norm.init(jnp.zeros(()))
+      >>> obs, state = norm.step(state, jnp.array([5.0, 1.0, 3.0]), task=jnp.array([0, 1, 1]))
+      >>> state.stats.mean.tolist(), obs.tolist()  # brax normalizes first
+      ([5.0, 2.0], [5.0, 1.0, 3.0])
     """
     chosen = OBSERVATION_PRESETS[checks.check_choice("preset", preset, tuple(OBSERVATION_PRESETS))]
     given = {
@@ -229,7 +302,11 @@ def normalize_observation(
     }
     options = {**chosen, **{name: v for name, v in given.items() if v is not _FROM_PRESET}}
     config = ObservationConfig.checked(
-        preset=preset, dtype=rs.check_dtype(dtype), axis_name=axis_name, **options
+        preset=preset,
+        dtype=rs.check_dtype(dtype),
+        statistics=statistics,
+        axis_name=axis_name,
+        **options,
     )
     return ObservationNormalizer(
         init=functools.partial(init, config),
@@ -241,39 +318,53 @@ def normalize_observation(
     )
 
 
-def init(config: ObservationConfig, observation) -> ObservationNormState:
-    """Statistics of the prior alone for every leaf of ``observation`` (one, unbatched)."""
+def init(config: ObservationConfig, observation, batch_shape=None) -> ObservationNormState:
+    """Statistics of the prior alone for every leaf of ``observation`` (one, unbatched).
+
+    Each leaf of feature shape ``F`` gets statistics of shape
+    ``config.statistics.shape(batch_shape) + F``: ``F`` shared,
+    ``(*batch_shape, *F)`` per environment, ``(K, *F)`` per task.
+
+    Raises:
+      ValueError: for per-environment statistics without ``batch_shape``.
+    """
     leaves = jax.tree.leaves(observation)
     if not leaves:
         raise ValueError("observation has no arrays: init needs one observation's leaves.")
     for leaf in leaves:
         checks.check_reward("observation", leaf)
+    if batch_shape is None and config.statistics.per_env:
+        raise ValueError(
+            "batch_shape=None: statistics=Statistics(per_env=True) keeps one set per "
+            "environment, so init needs the environments' shape: "
+            "norm.init(observation, batch_shape=(num_envs,))."
+        )
+    env_shape = checks.check_batch_shape(() if batch_shape is None else batch_shape, "batch_shape")
+    placed = config.statistics.shape(env_shape)
     stats = jax.tree.map(
         lambda leaf: rs.init_stats(
-            checks.shape_of(leaf), config.dtype, prior_count=config.prior_count
+            placed + checks.shape_of(leaf), config.dtype, prior_count=config.prior_count
         ),
         observation,
     )
-    return ObservationNormState(stats)
+    return ObservationNormState(stats, env_shape if config.statistics.per_env else ())
 
 
-def _pairs(config: ObservationConfig, state: ObservationNormState, observations, name: str):
-    """``[(leaf, stats)]`` in tree order, and the batch shape every leaf shares."""
-    rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
+def _check_state(config: ObservationConfig, state) -> list[rs.RunningStats]:
+    """The statistics of ``state`` in tree order, after checking this normalizer made them."""
     if not isinstance(state, ObservationNormState):
         raise TypeError(
             f"state should be an ObservationNormState (from init), got {type(state).__name__}."
         )
-    stats_leaves, stats_def = jax.tree.flatten(
-        state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats)
-    )
-    obs_leaves, obs_def = jax.tree.flatten(observations)
-    if obs_def != stats_def:  # type: ignore[operator, unused-ignore]
+    if state.env_shape and not config.statistics.per_env:
         raise ValueError(
-            f"{name} have the structure {obs_def}; the statistics were made for {stats_def}."
+            f"state holds statistics per environment (env_shape={state.env_shape}), but this "
+            f"normalizer keeps statistics={config.statistics!r}: pass a state of this "
+            "normalizer (norm.init)."
         )
-    batch_shape = None
-    for leaf, stats in zip(obs_leaves, stats_leaves, strict=True):
+    placed = config.statistics.shape(state.env_shape)
+    stats_leaves = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
+    for stats in stats_leaves:
         if not isinstance(stats, rs.RunningStats) or stats.prior_count != config.prior_count:
             found = getattr(stats, "prior_count", type(stats).__name__)
             raise ValueError(
@@ -282,22 +373,73 @@ def _pairs(config: ObservationConfig, state: ObservationNormState, observations,
                 "state of this normalizer (norm.init), or build the normalizer that made it "
                 "(rnb.from_running_statistics returns both)."
             )
-        checks.check_reward(name, leaf)
-        shape, feature = checks.shape_of(leaf), stats.mean.shape
-        leading = shape[: len(shape) - len(feature)]
-        if len(shape) < len(feature) or shape[len(leading) :] != feature:
+        if stats.mean.shape[: len(placed)] != placed:
             raise ValueError(
-                f"{name} has a leaf of shape {shape}, which does not end with its statistics' "
-                f"feature shape {feature}."
+                f"state holds statistics of shape {stats.mean.shape}, but this normalizer "
+                f"keeps statistics={config.statistics!r}, whose shapes start with {placed}: "
+                "pass a state of this normalizer (norm.init)."
+            )
+    return stats_leaves
+
+
+def _pairs(config: ObservationConfig, state: ObservationNormState, observations, name: str):
+    """``[(leaf, stats)]`` in tree order, and the batch shape every leaf shares.
+
+    A leaf ends with its statistics' feature shape, led by the environments'
+    shape for per-environment statistics; the batch shape is the axes before
+    the feature shape.
+    """
+    rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
+    stats_leaves = _check_state(config, state)
+    stats_def = jax.tree.structure(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
+    obs_leaves, obs_def = jax.tree.flatten(observations)
+    if obs_def != stats_def:  # type: ignore[operator, unused-ignore]
+        raise ValueError(
+            f"{name} have the structure {obs_def}; the statistics were made for {stats_def}."
+        )
+    placed = config.statistics.shape(state.env_shape)
+    batch_shape = None
+    for leaf, stats in zip(obs_leaves, stats_leaves, strict=True):
+        checks.check_reward(name, leaf)
+        shape = checks.shape_of(leaf)
+        feature = stats.mean.shape[len(placed) :]
+        ending = state.env_shape + feature  # env_shape is () unless per environment
+        leading = shape[: len(shape) - len(ending)]
+        if len(shape) < len(ending) or shape[len(leading) :] != ending:
+            raise ValueError(
+                f"{name} has a leaf of shape {shape}, which does not end with {ending}, its "
+                f"statistics' feature shape {feature} led by the environments' shape "
+                f"{state.env_shape}."
             )
         if batch_shape is None:
-            batch_shape = leading
-        elif leading != batch_shape:
+            batch_shape = leading + state.env_shape
+        elif leading + state.env_shape != batch_shape:
             raise ValueError(
-                f"{name} have leaves with batch shapes {batch_shape} and {leading}: every "
-                "leaf needs the same leading axes."
+                f"{name} have leaves with batch shapes {batch_shape} and "
+                f"{leading + state.env_shape}: every leaf needs the same leading axes."
             )
     return list(zip(obs_leaves, stats_leaves, strict=True)), obs_def, batch_shape
+
+
+def _task_ids(config: ObservationConfig, task, batch_shape):
+    """Checked ``task`` ids (int32, ``-1`` out of range under ``jit``), ``None`` without tasks.
+
+    Raises:
+      ValueError: for ``task`` given without per-task statistics, missing
+        with them, or not of the batch shape.
+    """
+    num_tasks = config.statistics.num_tasks
+    if num_tasks is None:
+        checks.refuse_task(task, config.name)
+        return None
+    if task is None:
+        raise ValueError(
+            f"{config.name} keeps one set of statistics per task (num_tasks={num_tasks}) and "
+            f"needs each observation's task id on every call: pass task=ids (integers in "
+            f"[0, {num_tasks}), shape {batch_shape}), e.g. norm.step(state, observations, "
+            "task=ids); an adapter's wrapper reads them with task_of=."
+        )
+    return checks.check_task(task, batch_shape, num_tasks, "observation")
 
 
 _HEAD_ROWS = 8  # the batch's leading entries a fresh feature's shift is taken from
@@ -382,7 +524,19 @@ def _earlier(a, b):
     return jnp.where(take_a, a[0], b[0]), jnp.where(take_a, a[1], b[1])
 
 
-def _selected(active, weights, update_stats, batch_shape, feature_shape):
+def _merge_per_task(config: ObservationConfig, stats, leaf, selected, weights, task):
+    """One leaf merged into its tasks' statistics ``(K, *F)``: entry ``i`` into ``task[i]``'s.
+
+    :func:`~rewardnorm_jax._src.stats.running.merge_keyed`, the reward
+    side's keyed merge, shifts each task's sums by its entries' mean; an entry
+    with a task id outside ``[0, K)`` (``-1``) joins no set.
+    """
+    values = jnp.asarray(leaf).astype(stats.mean.dtype)
+    mask = jnp.isfinite(values) if selected is None else jnp.isfinite(values) & selected
+    return rs.merge_keyed(stats, values, mask, task, axis_name=config.axis_name, weights=weights)
+
+
+def _selected(active, weights, update_stats, batch_shape, leaf_shape):
     """The entries to learn from, ``None`` for all: ``active``, a weight > 0 and ``update_stats``.
 
     A weight that is NaN (a traced one out of range) is not > 0: its entry is left out.
@@ -395,7 +549,7 @@ def _selected(active, weights, update_stats, batch_shape, feature_shape):
         flags = flags & jnp.asarray(active, bool)
     if weights is not None:
         flags = flags & (weights > 0)
-    return checks.spread(jnp.broadcast_to(flags, batch_shape), batch_shape + feature_shape)
+    return checks.spread(jnp.broadcast_to(flags, batch_shape), leaf_shape)
 
 
 def _check_batch_shape(name: str, value, batch_shape):
@@ -423,26 +577,28 @@ def _check_weights(config: ObservationConfig, weights, batch_shape):
     return weights
 
 
-def _update(config, state, observations, update_stats, active, weights):
+def _update(config, state, observations, update_stats, active, weights, task):
     pairs, treedef, batch_shape = _pairs(config, state, observations, "observations")
     active = _check_active(active, batch_shape)
     weights = _check_weights(config, weights, batch_shape)
+    task = _task_ids(config, task, batch_shape)
     if isinstance(update_stats, (bool, np.bool_)) and not update_stats:
         return state  # frozen by a Python flag: nothing to compile
+    merge = _merge if task is None else functools.partial(_merge_per_task, task=task)
     merged = [
-        _merge(
+        merge(
             config,
             stats,
             leaf,
-            _selected(active, weights, update_stats, batch_shape, stats.mean.shape),
+            _selected(active, weights, update_stats, batch_shape, checks.shape_of(leaf)),
             weights,
         )
         for leaf, stats in pairs
     ]
-    return ObservationNormState(treedef.unflatten(merged))
+    return state.replace(stats=treedef.unflatten(merged))
 
 
-def update(config: ObservationConfig, state, observations, *, active=None, weights=None):
+def update(config: ObservationConfig, state, observations, *, active=None, weights=None, task=None):
     r"""``state`` with a batch of observations merged (see :class:`ObservationNormalizer`).
 
     ``weights`` (shape ``B``, real, finite, ``>= 0``) counts an entry of
@@ -482,7 +638,7 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
       >>> float(state.stats.mean[()]), int(state.stats.sample_count[()])
       (2.0, 3)
     """
-    return _update(config, state, observations, True, active, weights)
+    return _update(config, state, observations, True, active, weights, task)
 
 
 def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
@@ -499,42 +655,47 @@ def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
     return divisor
 
 
-def _on_floating_leaves(config: ObservationConfig, state, observations, transform):
-    """``transform(config, values, stats)`` on each floating leaf; the others pass unchanged.
+def _on_floating_leaves(config: ObservationConfig, state, observations, transform, task):
+    """``transform(config, values, mean, mean_low, divisor)`` on each floating leaf.
 
-    The values are computed in the wider of their dtype and the statistics'
-    (float64 statistics: float64 math) and returned in their own.
+    Integer and boolean leaves pass unchanged. The mean's two words and the
+    divisor are each entry's: its task's with per-task statistics
+    (:func:`~rewardnorm_jax._src.stats.running.per_key`, NaN for an id
+    outside ``[0, K)``), else the statistics themselves, which broadcast over
+    the batch. The values are computed in the wider of their dtype and the
+    statistics' (float64 statistics: float64 math) and returned in their own.
     """
-    pairs, treedef, _ = _pairs(config, state, observations, "observations")
+    pairs, treedef, batch_shape = _pairs(config, state, observations, "observations")
+    task = _task_ids(config, task, batch_shape)
 
     def leaf_of(leaf, stats):
         if not jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
             return leaf  # integer and boolean leaves pass unchanged
         values = jnp.asarray(leaf)
         dtype = jnp.promote_types(values.dtype, stats.mean.dtype)
-        return transform(config, values.astype(dtype), stats).astype(values.dtype)
+        seen = [rs.per_key(x, task) for x in (stats.mean, stats.mean_low, std(config, stats))]
+        return transform(config, values.astype(dtype), *seen).astype(values.dtype)
 
     return treedef.unflatten([leaf_of(leaf, stats) for leaf, stats in pairs])
 
 
-def _normalize_leaf(config: ObservationConfig, values, stats: rs.RunningStats):
-    centred = (values - stats.mean) - stats.mean_low
-    normalized = centred / std(config, stats)
+def _normalize_leaf(config: ObservationConfig, values, mean, mean_low, divisor):
+    normalized = ((values - mean) - mean_low) / divisor
     if config.clip is not None:
         normalized = jnp.clip(normalized, -config.clip, config.clip)
     return normalized
 
 
-def _denormalize_leaf(config: ObservationConfig, values, stats: rs.RunningStats):
-    return (values * std(config, stats) + stats.mean_low) + stats.mean
+def _denormalize_leaf(config: ObservationConfig, values, mean, mean_low, divisor):
+    return (values * divisor + mean_low) + mean
 
 
-def apply(config: ObservationConfig, state, observations):
+def apply(config: ObservationConfig, state, observations, *, task=None):
     """``observations`` normalized by the current statistics, which are left unchanged."""
-    return _on_floating_leaves(config, state, observations, _normalize_leaf)
+    return _on_floating_leaves(config, state, observations, _normalize_leaf, task)
 
 
-def denormalize(config: ObservationConfig, state, observations):
+def denormalize(config: ObservationConfig, state, observations, *, task=None):
     r"""``observations`` of the normalized scale read back: the inverse of ``apply``.
 
     .. math::
@@ -556,7 +717,7 @@ def denormalize(config: ObservationConfig, state, observations):
       >>> float(norm.denormalize(state, norm.apply(state, jnp.array(4.0))))
       4.0
     """
-    return _on_floating_leaves(config, state, observations, _denormalize_leaf)
+    return _on_floating_leaves(config, state, observations, _denormalize_leaf, task)
 
 
 def step(
@@ -567,12 +728,14 @@ def step(
     *,
     active=None,
     weights=None,
+    task=None,
 ):
     """``update`` and ``apply`` in the preset's order; ``(observations, state)``."""
     checks.check_update_stats(update_stats)
-    new_state = _update(config, state, observations, update_stats, active, weights)
+    new_state = _update(config, state, observations, update_stats, active, weights, task)
     if config.normalize_first:
-        return apply(config, state, observations), new_state
+        return apply(config, state, observations, task=task), new_state
     # The barrier keeps the merge out of the normalization's fused loop, which XLA:CPU
     # otherwise recomputes per entry (2.2x the step's time at N = 4096, 17 features).
-    return apply(config, jax.lax.optimization_barrier(new_state), observations), new_state
+    barrier = jax.lax.optimization_barrier(new_state)
+    return apply(config, barrier, observations, task=task), new_state

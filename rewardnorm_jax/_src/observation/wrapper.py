@@ -15,7 +15,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from rewardnorm_jax._src.core import checks
-from rewardnorm_jax._src.core.adapter import batch_shape_of_key, check_same_layout
+from rewardnorm_jax._src.core.adapter import (
+    batch_shape_of_key,
+    check_same_layout,
+    check_task_of,
+)
 from rewardnorm_jax._src.observation.normalizer import (
     ObservationNormState,
     normalize_observation,
@@ -53,17 +57,31 @@ class ObservationWrapper:
         *,
         axis_name: Any = None,
         per_env: bool = False,
+        task_of: Any = None,
         **options,
     ):
         """Wraps ``env``; ``preset`` and ``options`` are ``normalize_observation``'s.
 
-        A wrapper reset with one environment's key needs ``axis_name`` (one set
-        merged across a named ``jax.vmap``) or ``per_env=True`` (one set per
-        environment, or a single environment).
+        ``options["statistics"]`` (a :class:`~rewardnorm_jax.Statistics`) says
+        where the statistics live within the observations the wrapper sees:
+        around a batch, ``Statistics(per_env=True)`` keeps one set per
+        environment of it, and ``Statistics(num_tasks=K)`` one per task, with
+        ``task_of(env_state)`` giving each environment's task id (shape: the
+        batch's). ``per_env`` says where the wrapper itself lives: a wrapper
+        reset with one environment's key needs ``axis_name`` (one set merged
+        across a named ``jax.vmap``) or ``per_env=True`` (its own set: one per
+        environment under an unnamed ``jax.vmap``, or a single environment),
+        which ``Statistics(per_env=True)`` also says.
+
+        Raises:
+          ValueError: for ``task_of`` without per-task statistics, or per-task
+            statistics without ``task_of``.
+          TypeError: for a ``task_of`` that is not callable.
         """
         super().__init__(env)  # type: ignore[call-arg]  # the suite's wrapper class, next in the MRO
         self.normalizer = normalize_observation(preset, axis_name=axis_name, **options)
         self.per_env = per_env
+        self.task_of = check_task_of(task_of, self.normalizer)
 
     def reset(
         self,
@@ -90,14 +108,21 @@ class ObservationWrapper:
         """
         observations, env_state = self._unpack(result)
         update_stats = check_flag(update_stats)
-        batch_ndim = len(batch_shape_of_key(key))
+        batch_shape = batch_shape_of_key(key)
         check_placement(
-            type(self).__name__, batch_ndim, self.normalizer.config.axis_name, self.per_env
+            type(self).__name__,
+            len(batch_shape),
+            self.normalizer.config.axis_name,
+            self.per_env,
+            self.normalizer.config.statistics.per_env,
         )
         obs_state = stats_from
         if obs_state is None:
-            obs_state = self.normalizer.init(one_observation(observations, batch_ndim))
-        observations, obs_state = self.normalizer.step(obs_state, observations, update_stats)
+            one = one_observation(observations, len(batch_shape))
+            obs_state = self.normalizer.init(one, batch_shape)
+        observations, obs_state = self.normalizer.step(
+            obs_state, observations, update_stats, **self._task(env_state)
+        )
         return self._repack(
             result, observations, ObservationWrapperState(env_state, obs_state, update_stats)
         )
@@ -106,10 +131,16 @@ class ObservationWrapper:
         """The inner step's ``result``, normalized, with the wrapper's state."""
         observations, env_state = self._unpack(result)
         flag = check_flag(update_stats) & state.update_stats
-        observations, obs_state = self.normalizer.step(state.obs_state, observations, flag)
+        observations, obs_state = self.normalizer.step(
+            state.obs_state, observations, flag, **self._task(env_state)
+        )
         return self._repack(
             result, observations, state.replace(env_state=env_state, obs_state=obs_state)
         )
+
+    def _task(self, env_state) -> dict[str, Any]:
+        """``{"task": task_of(env_state)}`` with per-task statistics, else ``{}``."""
+        return {} if self.task_of is None else {"task": self.task_of(env_state)}
 
     @staticmethod
     def _unpack(result) -> tuple[PyTree, PyTree]:
@@ -130,12 +161,16 @@ def one_observation(observations: PyTree, batch_ndim: int) -> PyTree:
     )
 
 
-def check_placement(wrapper: str, batch_ndim: int, axis_name, per_env: bool) -> None:
+def check_placement(
+    wrapper: str, batch_ndim: int, axis_name, per_env: bool, stats_per_env: bool = False
+) -> None:
     """Refuses, at trace time, a one-environment wrapper whose statistics' place is unsaid.
 
     Reset with one environment's key and no ``axis_name``, a wrapper would
     learn from that environment alone; under an unnamed ``jax.vmap`` every
-    environment would silently keep its own statistics.
+    environment would silently keep its own statistics. The wrapper's
+    ``per_env=True``, or statistics built with ``Statistics(per_env=True)``
+    (``stats_per_env``), say that this is meant.
 
     Raises:
       ValueError: naming the three placements; for an unbound ``axis_name``,
@@ -145,9 +180,11 @@ def check_placement(wrapper: str, batch_ndim: int, axis_name, per_env: bool) -> 
     if per_env and batch_ndim:
         raise ValueError(
             f"{wrapper} has per_env=True but was reset with one key per environment of a "
-            "batch: per_env is for a wrapper serving one environment."
+            "batch: per_env is for a wrapper serving one environment. For one set of "
+            "statistics per environment of the batch, pass "
+            "statistics=rn.Statistics(per_env=True) instead."
         )
-    if batch_ndim == 0 and axis_name is None and not per_env:
+    if batch_ndim == 0 and axis_name is None and not (per_env or stats_per_env):
         raise ValueError(
             f"{wrapper} was reset with the key of one environment and no axis_name, so it "
             "would keep statistics of that environment alone; under a jax.vmap every "

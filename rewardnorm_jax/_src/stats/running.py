@@ -691,7 +691,9 @@ def merge_checked(
     )
 
 
-def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> RunningStats:
+def merge_keyed(
+    stats: RunningStats, batch, mask, keys, *, axis_name=None, weights=None
+) -> RunningStats:
     r"""Merges each entry of a batch into the statistics its key selects, in one pass.
 
     ``stats`` holds :math:`K` sets of statistics along its first axis; entry
@@ -709,6 +711,10 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
       mask: boolean of the batch's shape, or ``None`` to select every entry.
       keys: integers of shape ``E``, the set of each entry.
       axis_name: as for :func:`merge_stats`: the sets merge across it.
+      weights: ``None``, or weights of shape ``E``, finite and ``>= 0`` where
+        ``mask`` selects: each set then gets the weighted moments of its
+        entries and joins them as its total weight rounded, as in
+        :func:`merge_checked`.
 
     Returns:
       The merged statistics.
@@ -734,23 +740,28 @@ def merge_keyed(stats: RunningStats, batch, mask, keys, *, axis_name=None) -> Ru
         return jnp.sum(sums.reshape(blocks, num_keys, *terms.shape[1:]), axis=0)
 
     selected_values = jnp.where(selected, batch, 0.0)
-    first_pass = segment_totals(jnp.stack([selected_values, selected.astype(batch.dtype)], axis=1))
+    weight = selected.astype(batch.dtype)
+    if weights is not None:
+        weight = jnp.where(selected, weights.reshape(entries, *(1,) * len(stats_shape)), 0.0)
+        selected_values = weight * selected_values
+    first_pass = segment_totals(jnp.stack([selected_values, weight], axis=1))
     if axis_name is not None:
         first_pass = jax.lax.psum(first_pass, axis_name)
     total, count = first_pass[:, 0], first_pass[:, 1]
-    shift = jnp.where(count > 0, total / jnp.maximum(count, 1.0), stats.mean)
+    shift = jnp.where(count > 0, total / jnp.where(count > 0, count, 1.0), stats.mean)
     shift = jnp.where(jnp.isfinite(shift), shift, stats.mean)  # a sum past the dtype's range
     deviation = jnp.where(selected, batch - shift[jnp.where(inside, keys, 0)], 0.0)
-    squares = segment_totals(jnp.stack([deviation, deviation * deviation], axis=1))
+    weighted = deviation if weights is None else weight * deviation
+    squares = segment_totals(jnp.stack([weighted, weighted * deviation], axis=1))
     count_increment = None
-    if not _float_count_is_exact(batch, 1, axis_name):
+    if weights is None and not _float_count_is_exact(batch, 1, axis_name):
         count_increment = jax.ops.segment_sum(selected.astype(jnp.uint32), keys, num_keys)
     if axis_name is not None:
         squares = jax.lax.psum(squares, axis_name)
         if count_increment is not None:
             count_increment = jax.lax.psum(count_increment, axis_name)
     sums = jnp.stack([squares[:, 0], squares[:, 1], count])  # the count of the first pass
-    return _add_shifted_sums(stats, sums, shift, count_increment)
+    return _add_shifted_sums(stats, sums, shift, count_increment, weights is not None)
 
 
 def per_key(values: jax.Array, keys: jax.Array | None) -> jax.Array:
