@@ -116,6 +116,15 @@ def _kept(item, config) -> bool:
     return not _extras_of(item) <= set(left_to.split(","))
 
 
+def pytest_ignore_collect(collection_path: pathlib.Path, config):
+    """Under ``--families-only``, files of the rest of the suite are not even collected."""
+    if config.getoption("families_only") and collection_path.suffix == ".py":
+        path = collection_path.resolve()
+        if not (_in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)):
+            return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     """Keeps the tests of this session's share of the suite."""
     kept = [item for item in items if _kept(item, config)]
