@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 from rewardnorm_jax._src.core.extras import MissingExtraError, install_hint
 
-# Modules the tests, notebooks and benchmarks import from an extra: name -> extra.
+# Modules the tests, notebooks and benchmarks import from an extra: name -> extra (optax is
+# not one: flax, a dependency of the core, installs it).
 OPTIONAL = {
     "gymnax": "gymnax",
     "six": "gymnax",
@@ -26,7 +27,6 @@ OPTIONAL = {
     "mujoco_playground": "playground",
     "craftax": "craftax",
     "mo_gymnasium": "mo-gymnasium",
-    "optax": "demo",
     "matplotlib": "demo",
     "rlax": "dev",
     "tunix": "tunix",

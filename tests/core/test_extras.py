@@ -69,5 +69,5 @@ def test_the_sessions_share_finds_the_extras_a_test_needs():
         "tunix",
         "dev",
     }
-    source = "import optax\nfrom rewardnorm_jax import gymnasium\nfrom . import x\n"
+    source = "import matplotlib\nfrom rewardnorm_jax import gymnasium\nfrom . import x\n"
     assert extras_needed(imported_modules(source)) == {"demo", "gymnasium"}
