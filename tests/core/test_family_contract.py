@@ -2,7 +2,8 @@
 
 ``ENTRIES`` lists the group estimators (every estimator, and every convention),
 the token functions, the observation normalizers (every preset, pytree
-observations), PopArt and the categorical value targets. Each entry runs
+observations), PopArt, the categorical value targets and the scaled supports
+(over a reward normalizer's state, shared and per task). Each entry runs
 through the same tests: jit against vmap, scan where it has state, a finite
 gradient where it is differentiable, ``jax.export`` with a symbolic batch, the
 library's message for an unbound ``axis_name``, empty batches, NaN, inf and
@@ -24,6 +25,7 @@ from jax import export
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src.llm.conventions import CONVENTIONS
+from tests.reference import RunningMeanStd
 
 TOKENS = 5  # tokens per sequence
 ATOMS = 11  # atoms of the categorical support
@@ -47,6 +49,8 @@ class Entry:
     # Its answer may be beyond the dtype's range for inputs near the limits (KL's square
     # and exponential of a log ratio of 1e38): inf there is the answer, not an overflow.
     overflows: bool = False
+    # Promised finite inputs (finite_observations=True): NaN and inf are outside its contract.
+    finite_inputs: bool = False
 
     @property
     def stateful(self) -> bool:
@@ -131,14 +135,14 @@ def overlong(convention):
     return Entry(build, inputs, "llm", axis=False)
 
 
-def observations(preset, tree=False):
+def observations(preset, tree=False, **options):
     def example(batch=None):
         lead = () if batch is None else (batch,)
         leaf = np.zeros((*lead, 3), np.float32)
         return {"pos": leaf, "speed": np.zeros(lead, np.float32)} if tree else leaf
 
     def build(axis_name):
-        norm = rn.normalize_observation(preset, axis_name=axis_name)
+        norm = rn.normalize_observation(preset, axis_name=axis_name, **options)
         return norm.step, norm.init(example())
 
     def inputs(rng, batch):
@@ -147,7 +151,8 @@ def observations(preset, tree=False):
             return ({"pos": leaf, "speed": rng.normal(0, 1, batch).astype(np.float32)},)
         return (leaf,)
 
-    return Entry(build, inputs, "observation", differentiable=True)
+    finite_inputs = options.get("finite_observations", False)
+    return Entry(build, inputs, "observation", differentiable=True, finite_inputs=finite_inputs)
 
 
 def popart_entry():
@@ -215,6 +220,53 @@ def projection():
     return Entry(build, inputs, "value", axis=False)
 
 
+SCALED_GAMMA, SCALED_MULTIPLE, SCALED_WARMUP = 0.9, 1.5, 4  # warm-up: the shared support's
+
+
+def scaled(statistic, num_tasks=None):
+    """scaled_support over normalize_reward's statistics, the batch one environment's rewards.
+
+    The state is ``(reward state, support state)``; ``run`` steps the reward
+    normalizer through the rewards in order (a trajectory, so the tracked return
+    is one number and no state has the batch's shape) and updates the bound after
+    each, and gives the normalized rewards and each reward two-hot on the support
+    of its step (with ``num_tasks``, of its task).
+    """
+    shared = num_tasks is None
+    options: dict[str, Any] = (
+        {"space": "symlog", "warmup": SCALED_WARMUP} if shared else {"num_tasks": num_tasks}
+    )
+
+    def build(axis_name):
+        statistics = rn.Statistics() if shared else rn.Statistics(num_tasks=num_tasks)
+        g_max = 10.0 if statistic == "ret_abs_max" else None
+        rewards = rn.normalize_reward(
+            SCALED_GAMMA, g_max=g_max, statistics=statistics, axis_name=axis_name
+        )
+        support = rn.scaled_support(ATOMS, statistic=statistic, multiple=SCALED_MULTIPLE, **options)
+
+        def step(state, inputs):
+            reward_state, support_state = state
+            reward, *task = inputs
+            task = task[0] if task else None
+            out, reward_state = rewards.step(reward_state, reward, False, False, task=task)
+            support_state = support.update(support_state, reward_state)
+            target = rn.two_hot(reward, support.support(support_state, task))
+            return (reward_state, support_state), (out, target)
+
+        def run(state, *inputs):
+            state, outs = jax.lax.scan(step, state, inputs)
+            return outs, state
+
+        return run, (rewards.init(), support.init())
+
+    def inputs(rng, batch):
+        rewards = _rewards(rng, batch) * 10
+        return (rewards,) if shared else (rewards, (np.arange(batch) % num_tasks).astype(np.int32))
+
+    return Entry(build, inputs, "value", differentiable=True)
+
+
 ENTRIES = {
     **{f"group:{e}": group(e) for e in CONVENTIONS["exact"].estimators},
     **{f"group:grpo:{c}": group("grpo", c) for c in CONVENTIONS if c != "exact"},
@@ -227,15 +279,24 @@ ENTRIES = {
     **{f"overlong_penalty:{c}": overlong(c) for c in ("exact", "verl")},
     **{f"normalize_observation:{p}": observations(p) for p in ("gymnasium", "sb3", "brax")},
     "normalize_observation:tree": observations("gymnasium", tree=True),
+    "normalize_observation:finite": observations("brax", finite_observations=True),
     "popart": popart_entry(),
     "two_hot": encoder("two_hot"),
     "hl_gauss": encoder("hl_gauss"),
     "decode_logits": decoder(),
     "categorical_cross_entropy": cross_entropy(),
     "categorical_projection": projection(),
+    "scaled_support:std": scaled("std"),
+    "scaled_support:ret_abs_max:tasks": scaled("ret_abs_max", num_tasks=3),
 }
 # One entry per family crosses the input dtypes.
-REPRESENTATIVES = ("group:grpo", "masked_whiten:exact", "normalize_observation:brax", "two_hot")
+REPRESENTATIVES = (
+    "group:grpo",
+    "masked_whiten:exact",
+    "normalize_observation:brax",
+    "two_hot",
+    "scaled_support:std",
+)
 STATEFUL = [name for name, entry in ENTRIES.items() if entry.stateful]
 DIFFERENTIABLE = [name for name, entry in ENTRIES.items() if entry.differentiable]
 WITH_AXIS = [name for name, entry in ENTRIES.items() if entry.axis]
@@ -355,6 +416,8 @@ def hostile(inputs, value):
 @pytest.mark.parametrize("name", sorted(ENTRIES))
 def test_nan_inf_and_the_dtype_limits_never_poison_a_state_nor_give_inf(name, value):
     """No error; the state stays finite; no output is inf where its inputs are finite."""
+    if ENTRIES[name].finite_inputs and not np.isfinite(value):
+        pytest.skip("promised finite inputs (its docstring states what non-finite ones do)")
     _, state, jitted = compiled(name)
     inputs = hostile(batch_of(name, 2), value)
     out, new_state = jitted(state, *inputs)
@@ -419,7 +482,72 @@ def test_under_x64_float64_inputs_are_computed_in_float64(name):
             np.asarray(x, np.float64) if np.asarray(x).dtype == np.float32 else x for x in inputs
         ]
         out, state = jax.jit(run)(state, *wide)
-    # Categorical targets take the dtype of their support (float32 here), the rest float64.
-    dtype = SUPPORT.atoms.dtype if ENTRIES[name].family == "value" else np.float64
+    # Categorical targets take the dtype of their support (float32 SUPPORT here; a scaled
+    # support's is JAX's float, float64 under x64), the rest float64.
+    fixed = ENTRIES[name].family == "value" and not name.startswith("scaled_support")
+    dtype = SUPPORT.atoms.dtype if fixed else np.float64
     assert all(leaf.dtype == dtype for leaf in floating((out, state))), (name, out)
     assert_close(out, want, rtol=1e-5)
+
+
+SCALED = [name for name in ENTRIES if name.startswith("scaled_support")]
+
+
+def symlog(x):
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
+def scaled_reference(rewards, tasks, statistic, num_tasks, warmup):
+    """Float64 NumPy: the final bounds, the normalized rewards, the two-hot targets.
+
+    One environment's return ``G = gamma G + r``; per task, Gymnasium's running
+    moments of ``G`` and the running max of ``|G|``; every bound raised to
+    ``multiple`` times its task's statistic until ``warmup`` updates were taken.
+    """
+    g, bound = 0.0, np.ones(num_tasks)
+    moments, g_max = [RunningMeanStd() for _ in range(num_tasks)], np.zeros(num_tasks)
+    normalized, targets = [], []
+    for updates, (r, k) in enumerate(zip(np.asarray(rewards, np.float64), tasks, strict=True)):
+        g = SCALED_GAMMA * g + r
+        moments[k].update([g])
+        g_max[k] = max(g_max[k], abs(g))
+        var = np.array([m.var for m in moments])
+        stat = g_max if statistic == "ret_abs_max" else np.sqrt(var)
+        if warmup is None or updates < warmup:
+            bound = np.maximum(bound, SCALED_MULTIPLE * stat)
+        scale = np.sqrt(var[k] + 1e-8)
+        if statistic == "ret_abs_max":  # normalize_reward(g_max=10): SimbaV2's floor
+            scale = max(scale, g_max[k] / 10.0)
+        normalized.append(r / scale)
+        space = np.asarray if num_tasks > 1 else symlog  # the shared support is symlog
+        atoms = np.linspace(-space(bound[k]), space(bound[k]), ATOMS)
+        y = np.clip(space(r), atoms[0], atoms[-1])
+        position = (y - atoms[0]) / (atoms[1] - atoms[0])
+        below = min(int(np.floor(position)), ATOMS - 2)
+        target = np.zeros(ATOMS)
+        target[below], target[below + 1] = below + 1 - position, position - below
+        targets.append(target)
+    return bound, np.array(normalized), np.array(targets)
+
+
+@pytest.mark.parametrize("name", SCALED)
+def test_scaled_support_entries_follow_a_float64_reference(name):
+    """The bounds (and the warm-up), normalized rewards and targets of 9 steps, to 1e-5."""
+    _, state, jitted = compiled(name)
+    shared = name == "scaled_support:std"
+    steps = [batch_of(name, 3, seed=seed) for seed in range(3)]  # 9 rewards, 3 updates each
+    outs = []
+    for inputs in steps:
+        (out, target), state = jitted(state, *inputs)
+        outs.append((out, target))
+    rewards = np.concatenate([inputs[0] for inputs in steps])
+    tasks = np.zeros(9, int) if shared else np.concatenate([inputs[1] for inputs in steps])
+    statistic = "std" if shared else "ret_abs_max"
+    bound, normalized, targets = scaled_reference(
+        rewards, tasks, statistic, 1 if shared else 3, SCALED_WARMUP if shared else None
+    )
+    support_state = state[1]
+    assert int(support_state.updates) == 9
+    np.testing.assert_allclose(np.reshape(support_state.bound, -1), bound, rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate([o for o, _ in outs]), normalized, rtol=1e-5)
+    np.testing.assert_allclose(np.concatenate([t for _, t in outs]), targets, atol=1e-5)

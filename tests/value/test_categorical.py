@@ -536,6 +536,45 @@ def test_a_crafted_scaled_support_state_is_refused_by_load_state():
         scaled.update(state, {"stats": None})
 
 
+@pytest.mark.parametrize("space", ["value", "symlog"])
+def test_a_bound_beyond_the_dtype_saturates_and_targets_stay_right(space):
+    """|G| = 3e38 times 4 overflows float32: the bound is the widest finite support's."""
+    scaled = rn.scaled_support(11, multiple=4.0, space=space)
+    state = scaled.update(scaled.init(), reward_state_after([3e38]))
+    half = np.finfo(np.float32).max / 2  # 2b stays finite: the atoms' spacing too
+    np.testing.assert_array_equal(state.bound, np.float32(half))
+    support = scaled.support(state)
+    targets = jnp.array([1e38, -3e38, 5.0], jnp.float32)
+    decoded = rn.decode_probs(rn.two_hot(targets, support), support)
+    np.testing.assert_allclose(decoded, np.array([1e38, -half, 5.0]), rtol=1e-5)
+    # an infinite statistic (an overflowed return) still leaves the bound as it is
+    inf_state = reward_state_after([1.0]).replace(ret_abs_max=jnp.float32(np.inf))
+    np.testing.assert_array_equal(scaled.update(state, inf_state).bound, state.bound)
+
+
+def test_a_state_of_another_scaled_support_is_refused_by_name():
+    scaled = rn.scaled_support(11)
+    reward_state = reward_state_after([3.0])
+    others: dict[str, object] = {
+        r"bound: the state has float32\[3\], this transform expects float32\[\]": (
+            rn.scaled_support(11, num_tasks=3).init()
+        ),
+        r"state: the state has PopArtState": rn.popart(None).init(),
+    }
+    for message, state in others.items():
+        with pytest.raises(ValueError, match=message):
+            scaled.update(state, reward_state)  # type: ignore[arg-type]  # deliberately wrong
+        with pytest.raises(ValueError, match=message):
+            scaled.support(state)
+    with jax.enable_x64(True):
+        wide = rn.scaled_support(11, dtype=jnp.float64).init()
+    with pytest.raises(ValueError, match=r"bound: the state has float64\[\], this transform"):
+        scaled.update(wide, reward_state)
+    per_env = rn.normalize_reward(0.0, g_max=1.0, statistics=rn.Statistics(per_env=True))
+    with pytest.raises(ValueError, match=r"per-environment statistics, Statistics\(per_env=True\)"):
+        scaled.update(scaled.init(), per_env.step(per_env.init(2), jnp.ones(2))[1])
+
+
 def test_scaled_support_state_checkpoints_and_refuses_another_layout():
     scaled = rn.scaled_support(11, num_tasks=3, warmup=5)
     state = scaled.update(scaled.init(), reward_state_after([3.0, -40.0, 700.0], 3))

@@ -29,6 +29,7 @@ each with its cost:
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
@@ -132,7 +133,11 @@ def scaled_support(
     of :math:`|G|` (``statistic="ret_abs_max"``: a
     ``normalize_reward(..., g_max=...)`` state) or the return's standard
     deviation (``"std"``), and :math:`b` at least ``minimum``. A statistic
-    that is NaN or infinite leaves the bound as it is.
+    that is NaN or infinite leaves the bound as it is; a finite one whose
+    multiple overflows the dtype raises the bound to half the dtype's
+    largest finite value (the widest support of finite width). ``update``
+    and ``support`` refuse a state this ``scaled_support`` did not make
+    (another ``num_tasks`` or ``dtype``).
 
     Args:
       num_atoms: :math:`K`, the atoms of the support (static).
@@ -185,14 +190,23 @@ def init(config: ScaledSupportConfig) -> ScaledSupportState:
 
 def update(config: ScaledSupportConfig, state: ScaledSupportState, reward_state):
     """The bound raised to ``multiple`` times the reward statistic, until the warm-up is over."""
+    _check_state(config, state)
     scale = jnp.asarray(_statistic(config, reward_state), config.dtype)
     if scale.shape != state.bound.shape:
         raise ValueError(
             f"the reward statistics have shape {scale.shape}, the bound {state.bound.shape}: "
             f"build scaled_support(num_tasks={config.num_tasks}) with a normalize_reward whose "
-            "statistics match (shared, or Statistics(num_tasks=K) with the same K)."
+            "statistics match (shared, or Statistics(num_tasks=K) with the same K; "
+            "per-environment statistics, Statistics(per_env=True), give no one bound)."
         )
-    wanted = jnp.maximum(state.bound, config.multiple * scale)
+    # A finite statistic whose multiple overflows saturates at the largest bound whose support
+    # has a finite width 2b (leaving the bound as it was would clip larger returns silently; a
+    # wider support gives inf spacings, every encoded target wrong).
+    largest = jnp.finfo(config.dtype).max / 2
+    wanted = jnp.maximum(
+        state.bound,
+        jnp.where(jnp.isfinite(scale), jnp.minimum(config.multiple * scale, largest), scale),
+    )
     learning = jnp.isfinite(wanted)
     if config.warmup is not None:
         learning &= state.updates < config.warmup
@@ -202,6 +216,7 @@ def update(config: ScaledSupportConfig, state: ScaledSupportState, reward_state)
 
 def support_of(config: ScaledSupportConfig, state: ScaledSupportState, task=None) -> Support:
     """The atoms on ``[-b, b]``, one row per entry of ``task`` with ``num_tasks``."""
+    _check_state(config, state)
     bound = state.bound
     if config.num_tasks is None:
         if task is not None:
@@ -217,6 +232,16 @@ def support_of(config: ScaledSupportConfig, state: ScaledSupportState, task=None
     if config.space == "symlog":
         bound = symlog(bound)
     return uniform_support(-bound, bound, config.num_atoms, space=config.space, dtype=config.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_layout(config: ScaledSupportConfig) -> dict[str, str]:
+    return checks.layout(jax.eval_shape(lambda: init(config)))
+
+
+def _check_state(config: ScaledSupportConfig, state) -> None:
+    """A ValueError at trace time for a state of another layout (num_tasks, dtype, type)."""
+    checks.check_state(state, _expected_layout(config), (), config)
 
 
 def _statistic(config: ScaledSupportConfig, reward_state) -> jax.Array:
