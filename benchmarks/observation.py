@@ -9,16 +9,21 @@ observation per input, so they differ only in the normalizer:
   then normalize; exact count, compensated mean, non-finite entries left out);
 * ``ours brax``: ``normalize_observation("brax").step`` (normalize with the
   statistics from before the update, then update);
+* ``ours brax finite``: ``normalize_observation("brax",
+  finite_observations=True).step``: the same, promised finite observations
+  (no non-finite mask, count or shift search);
 * ``purejaxrl``: PureJaxRL's ``NormalizeVecObservation`` arithmetic, its
   statistics of the batch's shape ``(N, 17)`` as it keeps them;
 * ``brax``: Brax's ``running_statistics.normalize`` then ``update`` (Welford
   mode, ``UInt64`` count), when Brax is installed.
 
-It prints microseconds per step (the minimum over ``--repeats`` alternating
-calls, ``_timing.py``), the kernels one step of each scan launches
+It prints microseconds per step (the median over ``--rounds`` rounds of the
+minimum over ``--repeats`` alternating calls, ``_timing.py``; each ratio is
+the median of the rounds' ratios), the kernels one step of each scan launches
 (``loop_kernels``), and each variant's largest error in standard deviations
 (the normalized outputs' units) against the same arithmetic in float64:
-PureJaxRL's for ``ours`` and ``purejaxrl``, Brax's for ``ours brax`` and ``brax``.
+PureJaxRL's for ``ours`` and ``purejaxrl``, Brax's for ``ours brax``, ``ours
+brax finite`` and ``brax``.
 
 Usage::
 
@@ -30,6 +35,7 @@ Usage::
 import argparse
 import functools
 import itertools
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -54,8 +60,8 @@ def make_stream(steps: int, num_envs: int, dim: int = DIM, seed: int = 0) -> np.
     return (rng.standard_normal((steps, num_envs, dim)) * scale + offset).astype(np.float32)
 
 
-def scan_ours(preset: str):
-    norm = rn.normalize_observation(preset)
+def scan_ours(preset: str, **options):
+    norm = rn.normalize_observation(preset, **options)
 
     def run(stream):
         def body(state, obs):
@@ -102,9 +108,13 @@ def scan_brax(stream):
     return jax.lax.scan(body, start, stream)[1]
 
 
-def measure(num_envs: int, steps: int, repeats: int, dim: int = DIM) -> dict:
+def measure(num_envs: int, steps: int, repeats: int, dim: int = DIM, rounds: int = 1) -> dict:
     stream = jnp.asarray(make_stream(steps, num_envs, dim))
-    variants = {"ours": scan_ours("purejaxrl"), "ours brax": scan_ours("brax")}
+    variants = {
+        "ours": scan_ours("purejaxrl"),
+        "ours brax": scan_ours("brax"),
+        "ours brax finite": scan_ours("brax", finite_observations=True),
+    }
     variants["purejaxrl"] = scan_purejaxrl
     if running_statistics is not None:
         variants["brax"] = scan_brax
@@ -114,18 +124,19 @@ def measure(num_envs: int, steps: int, repeats: int, dim: int = DIM) -> dict:
         truths = {"purejaxrl": np.asarray(scan_purejaxrl(stream64))}
         if running_statistics is not None:
             truths["brax"] = np.asarray(scan_brax(stream64))
-    of = {"ours": "purejaxrl", "purejaxrl": "purejaxrl", "ours brax": "brax", "brax": "brax"}
+    of = {"ours": "purejaxrl", "purejaxrl": "purejaxrl", "brax": "brax"}
+    of |= {"ours brax": "brax", "ours brax finite": "brax"}
     errors = {
         name: np.abs(out - truths[of[name]]).max()
         for name, out in outputs.items()
         if of[name] in truths
     }
     kernels = {name: loop_kernels(fn, stream) for name, fn in variants.items()}
-    seconds = compare(
-        {name: functools.partial(fn, stream) for name, fn in variants.items()}, repeats
-    )
+    calls = {name: functools.partial(fn, stream) for name, fn in variants.items()}
+    found = [compare(calls, repeats) for _ in range(rounds)]  # each round interleaved
     return {
-        "us": {name: s / steps * 1e6 for name, s in seconds.items()},
+        "us": {name: statistics.median(s[name] for s in found) / steps * 1e6 for name in calls},
+        "ratio": lambda a, b: statistics.median(s[a] / s[b] for s in found),
         "kernels": kernels,
         "errors": errors,
     }
@@ -148,27 +159,36 @@ def main(argv=None):
         help=f"features per observation D (default: {DIM})",
     )
     parser.add_argument("--steps", type=int, default=200, help="stream length T (default 200)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="interleaved timing rounds; times and ratios are their medians (default 5)",
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
     rows = []
     for dim, num_envs in itertools.product(args.dims, args.sizes):
-        found = measure(num_envs, args.steps, args.repeats, dim)
-        us, kernels, errors = found["us"], found["kernels"], found["errors"]
-        brax = us.get("brax", float("nan"))
+        found = measure(num_envs, args.steps, args.repeats, dim, args.rounds)
+        us, kernels, errors, ratio = found["us"], found["kernels"], found["errors"], found["ratio"]
+        has_brax = "brax" in us
+        brax_names = ("ours brax", "ours brax finite", "brax")
         rows.append(
             [
                 dim,
                 num_envs,
                 us["ours"],
                 us["purejaxrl"],
-                us["ours"] / us["purejaxrl"],
+                ratio("ours", "purejaxrl"),
                 us["ours brax"],
-                brax,
-                us["ours brax"] / brax,
+                us["ours brax finite"],
+                us.get("brax", float("nan")),
+                ratio("ours brax", "brax") if has_brax else float("nan"),
+                ratio("ours brax finite", "brax") if has_brax else float("nan"),
                 " / ".join(str(kernels.get(name, "-")) for name in ("ours", "purejaxrl")),
-                " / ".join(str(kernels.get(name, "-")) for name in ("ours brax", "brax")),
+                " / ".join(str(kernels.get(name, "-")) for name in brax_names),
                 " / ".join(f"{errors[name]:.1e}" for name in ("ours", "purejaxrl")),
-                " / ".join(f"{errors.get(name, np.nan):.1e}" for name in ("ours brax", "brax")),
+                " / ".join(f"{errors.get(name, np.nan):.1e}" for name in brax_names),
             ]
         )
     headers = [
@@ -178,15 +198,18 @@ def main(argv=None):
         "purejaxrl us/step",
         "ours/purejaxrl",
         "ours brax us/step",
+        "ours brax finite us/step",
         "brax us/step",
         "ours brax/brax",
+        "ours brax finite/brax",
         "kernels ours / purejaxrl",
-        "kernels ours brax / brax",
+        "kernels ours brax / finite / brax",
         "error ours / purejaxrl",
-        "error ours brax / brax",
+        "error ours brax / finite / brax",
     ]
     print_results(
-        f"Observation normalization, {args.steps} steps of (N, D) float32 observations",
+        f"Observation normalization, {args.steps} steps of (N, D) float32 observations "
+        f"(medians of {args.rounds} interleaved rounds)",
         headers,
         rows,
         args.markdown,

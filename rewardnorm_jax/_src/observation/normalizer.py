@@ -100,6 +100,9 @@ class ObservationConfig(base.Config):
       dtype: the statistics dtype.
       statistics: where the statistics live: shared by the batch, per
         environment or per task (:func:`check_statistics`).
+      finite_observations: the caller's promise that every observation is
+        finite: the merge then skips the non-finite mask and the search for a
+        selected entry to shift by (:func:`normalize_observation`).
       axis_name: mapped axes the statistics merge across (not checkpointed).
     """
 
@@ -113,6 +116,7 @@ class ObservationConfig(base.Config):
     normalize_first: bool
     dtype: np.dtype
     statistics: Statistics = SHARED
+    finite_observations: bool = False
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self) -> None:
@@ -137,6 +141,8 @@ class ObservationConfig(base.Config):
                 "give std_min (Brax's 1e-6), an epsilon > 0, or a prior."
             )
         checks.check_bool("normalize_first", self.normalize_first)
+        finite = checks.check_bool("finite_observations", self.finite_observations)
+        object.__setattr__(self, "finite_observations", finite)
         check_statistics(self.statistics)
         object.__setattr__(self, "axis_name", rs.check_axis_name(self.axis_name))
 
@@ -232,6 +238,7 @@ def normalize_observation(
     std_max=_FROM_PRESET,
     prior_count=_FROM_PRESET,
     statistics: Statistics = SHARED,
+    finite_observations: bool = False,
     dtype=None,
     axis_name=None,
 ) -> ObservationNormalizer:
@@ -263,6 +270,23 @@ def normalize_observation(
         as separate normalizers of the slices would. An entry whose task id
         is outside ``[0, K)`` under ``jit`` joins no set and normalizes to
         NaN (outside ``jit`` it is refused), as on the reward side.
+      finite_observations: the caller's promise that every observation is
+        finite (``finite_rewards`` of :func:`~rewardnorm_jax.normalize_reward`
+        for observations). The merge then builds no mask of non-finite
+        entries, counts none, and shifts its sums by the batch's first entry
+        without searching the first rows for a selected one: with the
+        ``"brax"`` preset the step took 0.74-1.0x the default's time at
+        N = 64 and 1024 with 4 to 244 features (:doc:`/observations`). On
+        finite observations it computes what the default computes (the same
+        shift, sums, count and merge; equal to the default's outputs within a
+        few ulps), so its error is the default's: within :math:`10^{-4}`
+        standard deviations of float64 (at most 5e-6 measured there, where
+        Brax's float32 statistics err by 8e-3 to 5e-2). A non-finite entry
+        is then merged: its feature's variance saturates at ``+inf`` (the
+        mean keeps its value) and the feature normalizes to 0 from then on
+        (to :math:`(x - \mu) / \sigma_{max}` with ``std_max``); the other
+        features are unaffected. ``active``, ``weights`` and ``update_stats``
+        still select entries.
       dtype: statistics dtype, float32 or float64 (default: float64 under x64).
       axis_name: name(s) of mapped axes (``vmap``, ``pmap``, ``shard_map``)
         whose batches merge into one set of statistics: of each task with
@@ -274,6 +298,8 @@ def normalize_observation(
 
     Raises:
       ValueError: naming an option, its value and what is valid.
+      TypeError: for ``finite_observations`` that is not a bool, naming it
+        and the value.
 
     Example:
       >>> import jax.numpy as jnp
@@ -305,6 +331,7 @@ def normalize_observation(
         preset=preset,
         dtype=rs.check_dtype(dtype),
         statistics=statistics,
+        finite_observations=finite_observations,
         axis_name=axis_name,
         **options,
     )
@@ -462,20 +489,35 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected, we
     entries, so they must be finite. ``weights`` (of the batch shape, or
     ``None``) weigh the selected entries (:func:`update`). The statistics are
     not differentiated: they are constants of the normalization.
+
+    With ``finite_observations`` and every entry selected there is no mask:
+    the shift is the first entry (the mean if it is not finite), which is the
+    entry the search above picks for finite observations, so the merge
+    computes the same numbers without building, counting or searching a mask
+    (3-5 fewer kernels per step on XLA:CPU, and no pass over the batch for
+    the count).
     """
     values = jax.lax.stop_gradient(jnp.asarray(leaf).astype(stats.mean.dtype))
-    finite = jnp.isfinite(values)
-    mask = finite if selected is None else finite & selected
+    mask = _learned(config, values, selected)
     entries: Any = math.prod(values.shape[: values.ndim - stats.mean.ndim])  # symbolic: export
     flat = values.reshape(entries, *stats.mean.shape)
-    flat_mask = mask.reshape(entries, *stats.mean.shape)
-    if isinstance(entries, int):
-        rows = min(_HEAD_ROWS, entries)
-    else:  # a symbolic batch (jax.export): unselected rows after it, so that it has enough
-        padding = jnp.broadcast_to(stats.mean, (_HEAD_ROWS, *stats.mean.shape))
-        flat = jnp.concatenate([flat, padding.astype(flat.dtype)])
-        flat_mask = jnp.concatenate([flat_mask, jnp.zeros(padding.shape, bool)])
-        rows = _HEAD_ROWS
+    if mask is None and isinstance(entries, int):
+        # Finite observations, every one selected: the first entry is the shift (a
+        # finite one; the mean after it), with no mask to build or search.
+        rows = min(1, entries)
+        head_mask = jnp.isfinite(flat[:rows])
+    else:
+        if mask is None:  # a symbolic batch (jax.export) of finite observations
+            mask = jnp.ones(values.shape, bool)
+        flat_mask = mask.reshape(entries, *stats.mean.shape)
+        if isinstance(entries, int):
+            rows = min(_HEAD_ROWS, entries)
+        else:  # a symbolic batch (jax.export): unselected rows after it, so that it has enough
+            padding = jnp.broadcast_to(stats.mean, (_HEAD_ROWS, *stats.mean.shape))
+            flat = jnp.concatenate([flat, padding.astype(flat.dtype)])
+            flat_mask = jnp.concatenate([flat_mask, jnp.zeros(padding.shape, bool)])
+            rows = _HEAD_ROWS
+        head_mask = flat_mask[:rows]
     fresh = stats.sample_count == 0
     first_row = (jnp.arange(rows) == 0).reshape(rows, *(1,) * stats.mean.ndim)
     # The running mean last: chosen when nothing before it is. Under axis_name only a
@@ -483,12 +525,13 @@ def _merge(config: ObservationConfig, stats: rs.RunningStats, leaf, selected, we
     mean_offered = True if config.axis_name is None else fresh & jnp.isfinite(stats.mean)
     candidates = jnp.concatenate([flat[:rows], stats.mean[None]])
     chosen = jnp.concatenate(
-        [flat_mask[:rows] & (first_row | fresh), jnp.broadcast_to(mean_offered, (1, *fresh.shape))]
+        [head_mask & (first_row | fresh), jnp.broadcast_to(mean_offered, (1, *fresh.shape))]
     )
     found, shift = _first_chosen(candidates, chosen)
     if config.axis_name is not None:
         shift = rs.agreed_shift(stats, found, shift, config.axis_name)
-    values = jnp.where(mask, values, shift)
+    if mask is not None:
+        values = jnp.where(mask, values, shift)
     if weights is not None:
         weights = checks.spread(weights, values.shape)
     return rs.merge_checked(
@@ -532,8 +575,19 @@ def _merge_per_task(config: ObservationConfig, stats, leaf, selected, weights, t
     with a task id outside ``[0, K)`` (``-1``) joins no set.
     """
     values = jnp.asarray(leaf).astype(stats.mean.dtype)
-    mask = jnp.isfinite(values) if selected is None else jnp.isfinite(values) & selected
+    mask = _learned(config, values, selected)
     return rs.merge_keyed(stats, values, mask, task, axis_name=config.axis_name, weights=weights)
+
+
+def _learned(config: ObservationConfig, values, selected):
+    """The entries a merge learns from: finite and ``selected``; ``None`` for all.
+
+    With ``finite_observations`` the values are promised finite: ``selected`` alone.
+    """
+    if config.finite_observations:
+        return selected
+    finite = jnp.isfinite(values)
+    return finite if selected is None else finite & selected
 
 
 def _selected(active, weights, update_stats, batch_shape, leaf_shape):
@@ -673,10 +727,37 @@ def _on_floating_leaves(config: ObservationConfig, state, observations, transfor
             return leaf  # integer and boolean leaves pass unchanged
         values = jnp.asarray(leaf)
         dtype = jnp.promote_types(values.dtype, stats.mean.dtype)
-        seen = [rs.per_key(x, task) for x in (stats.mean, stats.mean_low, std(config, stats))]
+        words = (stats.mean, stats.mean_low, std(config, stats))
+        if task is None and not state.env_shape and stats.mean.size >= _ONCE_FROM:
+            words = _computed_once(words)
+        seen = [rs.per_key(x, task) for x in words]
         return transform(config, values.astype(dtype), *seen).astype(values.dtype)
 
     return treedef.unflatten([leaf_of(leaf, stats) for leaf, stats in pairs])
+
+
+_ONCE_FROM = 32  # statistics from which the normalization's words are computed apart
+
+
+def _computed_once(words):
+    """``words`` (arrays of one shape), computed by a kernel of their own, unchanged.
+
+    XLA:CPU fuses the mean's words, read from the packed moments, and the
+    divisor, computed from the count words and clamped, into the loop over
+    the batch's entries, where they are read and computed again for every
+    entry: with 64 and 244 features that loop took about 2x Brax's. A small
+    reduction (:func:`_first_chosen` of the words over a row of zeros, which
+    returns them exactly) is computed once, and the loop reads its output:
+    0.84-1.03x the step's time (0.96 the median) with 32 to 244 features at
+    N = 64 and 1024, with and without ``finite_observations`` (each the median
+    of 5 interleaved rounds, jaxlib 0.9.0); with fewer features its
+    kernel costs more than it saves, and per-environment or per-task
+    statistics are read per entry anyway.
+    """
+    stacked = jnp.stack(words)
+    rows = jnp.stack([stacked, jnp.zeros_like(stacked)])
+    chosen = jnp.stack([jnp.ones(stacked.shape, bool), jnp.zeros(stacked.shape, bool)])
+    return tuple(_first_chosen(rows, chosen)[1])
 
 
 def _normalize_leaf(config: ObservationConfig, values, mean, mean_low, divisor):
