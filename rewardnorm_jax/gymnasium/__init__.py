@@ -10,7 +10,6 @@ imports Gymnasium.
 """
 
 import math
-from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import numpy as np
@@ -21,16 +20,8 @@ with requires("gymnasium", __name__):
     import gymnasium as gym
 
 from rewardnorm_jax._src.core import base
-from rewardnorm_jax._src.core import semantics as sem_lib
 from rewardnorm_jax._src.stats import formulas
-from rewardnorm_jax.gymnasium._common import (
-    REAL_SCALARS,
-    Normalizer,
-    check_callable,
-    clip_function,
-    returns_property,
-    step_arrays,
-)
+from rewardnorm_jax.gymnasium import _common
 from rewardnorm_jax.gymnasium._observation import ObservationStatistics
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd
 
@@ -44,8 +35,11 @@ __all__ = [
     "vector",
 ]
 
+# Python and NumPy scalars that are real numbers (bools included): a step's fast path.
+_REAL_SCALARS = (float, int, np.floating, np.integer, np.bool_)
 
-class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
+
+class NormalizeReward(_common.Normalizer[gym.Env], gym.Wrapper, gym.utils.RecordConstructorArgs):
     r"""Scales rewards so that their discounted return has approximately unit variance.
 
     Each step discounts the tracked return by ``gamma`` and adds the reward (from 0, restarting
@@ -111,40 +105,27 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
     """
 
     _checkpointed = (("discounted_reward", "_discounted_reward"),)
-    discounted_reward = returns_property(
+    _returns_dtype = np.float64
+    _discounted_reward: np.ndarray
+    discounted_reward = _common.returns_property(
         "discounted_reward", "Gymnasium's float64 array (1,), (1, k) for k objectives"
     )
-
-    def __init__(
-        self,
-        env: gym.Env,
-        gamma: base.Real = 0.99,
-        epsilon: base.Real = 1e-8,
-        *,
-        objectives: str = "each",
-    ):
-        Normalizer.__init__(self, gamma, epsilon, objectives)
-        gym.Wrapper.__init__(self, env)
-        self._discounted_reward = np.zeros(1)
-        self._use_declared_layout(env)
 
     def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Steps through the environment, normalizing the reward returned."""
         # Typed Any: environments do not always return what Gymnasium annotates.
         outputs: tuple[Any, ...] = self.env.step(action)
         obs, reward, terminated, truncated, info = outputs
-        if self._objective_shape or not (
-            isinstance(reward, REAL_SCALARS)
-            and isinstance(terminated, REAL_SCALARS)
-            and isinstance(truncated, REAL_SCALARS)
+        if self._objective_shape != () or not (
+            isinstance(reward, _REAL_SCALARS)
+            and isinstance(terminated, _REAL_SCALARS)
+            and isinstance(truncated, _REAL_SCALARS)
         ):  # 0-d arrays pass; anything else raises a ValueError naming the output at fault
-            rewards, ends, cuts = step_arrays((), reward, terminated, truncated)
+            rewards, ends, cuts = _common.step_arrays((), reward, terminated, truncated)
             self._use_layout(rewards.shape, "the environment returned a reward of")
             if rewards.shape:  # one return per objective, a batch of one environment
-                scaled = self._advance(rewards[None], ends, cuts, None, sem_lib.GYMNASIUM)
+                scaled = self._advance(rewards[None], ends, cuts, None)
                 return obs, scaled[0], terminated, truncated, info
-        elif self._objective_shape is None:
-            self._use_layout((), "the environment returned a reward of")
         reward = float(reward)
         valid = math.isfinite(reward)
         ret, rms = formulas.return_step(
@@ -158,7 +139,7 @@ class NormalizeReward(gym.Wrapper, gym.utils.RecordConstructorArgs, Normalizer):
             valid,
             None,
             gamma=self._gamma,
-            semantics=sem_lib.GYMNASIUM,
+            semantics=self._semantics,
             learn_returns=_learn_return,
         )
         self._discounted_reward[0] = ret
@@ -176,36 +157,29 @@ def _learn_return(rms, ret: float, selected: bool):
     return rms
 
 
-class TransformReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):
+class TransformReward(
+    _common.TransformRewardBase, gym.RewardWrapper, gym.utils.RecordConstructorArgs
+):
     """Applies a function to the ``reward`` received from the environment's ``step``.
 
-    Same as :class:`gymnasium.wrappers.TransformReward`; a non-callable ``func`` raises
-    ``ValueError``. Vector version: :class:`rewardnorm_jax.gymnasium.vector.TransformReward`.
+    Same as :class:`gymnasium.wrappers.TransformReward` (arguments ``env`` and ``func``); a
+    non-callable ``func`` raises ``ValueError``. Vector version:
+    :class:`rewardnorm_jax.gymnasium.vector.TransformReward`.
     """
-
-    def __init__(self, env: gym.Env, func: Callable[[SupportsFloat], SupportsFloat]):
-        self.func = check_callable(func)
-        gym.utils.RecordConstructorArgs.__init__(self, func=func)
-        gym.RewardWrapper.__init__(self, env)
 
     def reward(self, reward: SupportsFloat) -> SupportsFloat:
         """Applies ``func`` to the reward."""
         return self.func(reward)
 
 
-class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
+class ClipReward(_common.ClipRewardBase, TransformReward, gym.utils.RecordConstructorArgs):
     """Clips the rewards of an environment between a lower and an upper bound.
 
-    Same as :class:`gymnasium.wrappers.ClipReward` (``numpy.clip``; either bound, a number or an
-    array, may be ``None``): ``InvalidBound`` if both are ``None``, either is NaN or
-    ``min_reward > max_reward``. Vector version:
-    :class:`rewardnorm_jax.gymnasium.vector.ClipReward`.
+    Same as :class:`gymnasium.wrappers.ClipReward` (arguments ``env``, ``min_reward=None``,
+    ``max_reward=None``; ``numpy.clip``; either bound, a number or an array, may be ``None``):
+    ``InvalidBound`` if both are ``None``, either is NaN or ``min_reward > max_reward``. Vector
+    version: :class:`rewardnorm_jax.gymnasium.vector.ClipReward`.
     """
-
-    def __init__(self, env: gym.Env, min_reward=None, max_reward=None):
-        clip = clip_function(min_reward, max_reward)
-        gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
-        TransformReward.__init__(self, env, clip)
 
 
 class NormalizeObservation(

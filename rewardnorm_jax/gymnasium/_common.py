@@ -6,22 +6,20 @@ import os
 import pathlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from flax import serialization
-from gymnasium import Wrapper
+from gymnasium import Env, Wrapper
 from gymnasium import spaces as gym_spaces
 from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
-from gymnasium.vector import VectorWrapper
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rewardnorm_jax._src.core import checkpoint
+from rewardnorm_jax._src.core import base, checkpoint
+from rewardnorm_jax._src.core import semantics as sem_lib
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
-
-# Python and NumPy scalars that are real numbers (bools included): a step's fast path.
-REAL_SCALARS = (float, int, np.floating, np.integer, np.bool_)
 
 
 def real_array(name: str, value, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -49,32 +47,28 @@ def _is_layout(reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     return reward_shape == shape or (reward_shape[:-1] == shape and reward_shape[-1] > 0)
 
 
-def check_reward_shape(name: str, reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> None:
-    """A ValueError unless the reward is ``shape`` or ``shape + (k,)`` (k >= 1 objectives)."""
-    if not _is_layout(reward_shape, shape):
-        each = ", one per sub-environment" if shape else ""
-        objectives = f"({', '.join(map(str, shape))}, k)" if shape else "(k,)"
-        raise ValueError(
-            f"the environment returned {name} of shape {reward_shape}; expected {shape} (one "
-            f"number{each}) or {objectives} (a vector of k >= 1 objectives{each})."
-        )
-
-
 def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
     """A step's rewards (float64) and episode flags (bool, true where nonzero) of ``shape``.
 
-    The rewards have ``shape``, or ``shape + (k,)`` for a vector of k objectives.
+    The rewards have ``shape``, or ``shape + (k,)`` for a vector of k objectives; other
+    shapes raise ValueError.
     """
     rewards, ends, cuts = np.asarray(reward), np.asarray(terminated), np.asarray(truncated)
     if not (  # the common case, checked at once: real rewards, boolean flags, one layout
         ends.shape == cuts.shape == shape
-        and (rewards.shape == shape or _is_layout(rewards.shape, shape))
+        and _is_layout(rewards.shape, shape)
         and rewards.dtype.kind in "biuf"
         and ends.dtype.kind == cuts.dtype.kind == "b"
     ):
         name = "rewards" if shape else "reward"
         rewards = real_array(name, reward)
-        check_reward_shape(name, rewards.shape, shape)
+        if not _is_layout(rewards.shape, shape):
+            each = ", one per sub-environment" if shape else ""
+            objectives = f"({', '.join(map(str, shape))}, k)" if shape else "(k,)"
+            raise ValueError(
+                f"the environment returned {name} of shape {rewards.shape}; expected {shape} "
+                f"(one number{each}) or {objectives} (a vector of k >= 1 objectives{each})."
+            )
         ends = real_array("terminated", terminated, shape) != 0
         cuts = real_array("truncated", truncated, shape) != 0
     return rewards.astype(np.float64, copy=False), ends, cuts
@@ -111,14 +105,22 @@ def returns_property(name: str, kind: str) -> Any:
     return property(lambda self: getattr(self, attr), assign, doc=doc)
 
 
-def clip_function(min_reward, max_reward):
-    """``numpy.clip`` to the bounds, after Gymnasium's ``ClipReward`` checks (and ours)."""
+def clip_function(min_reward, max_reward, num_envs: int | None):
+    """``numpy.clip`` to the bounds, after Gymnasium's ``ClipReward`` checks (and ours).
+
+    With ``num_envs`` (a vector environment), a bound is a number or one per sub-environment.
+    """
     if min_reward is None and max_reward is None:
         raise InvalidBound("Both `min_reward` and `max_reward` cannot be None")
     for name, bound in (("min_reward", min_reward), ("max_reward", max_reward)):
         # numpy.clip returns NaN wherever a bound is NaN: every reward would be lost.
         if bound is not None and np.any(np.isnan(real_array(name, bound))):
             raise InvalidBound(f"`{name}` should not be NaN. Received {bound}")
+        if num_envs is not None and np.shape(bound) not in ((), (num_envs,)):
+            raise ValueError(
+                f"{name} should be a number or one bound per sub-environment (shape "
+                f"({num_envs},)), got shape {np.shape(bound)}."
+            )
     bounded = max_reward is not None and min_reward is not None
     if bounded and np.any(np.asarray(max_reward) < np.asarray(min_reward)):
         raise InvalidBound(
@@ -127,24 +129,31 @@ def clip_function(min_reward, max_reward):
     return functools.partial(np.clip, a_min=min_reward, a_max=max_reward)
 
 
-def check_callable(func):
-    """``func`` if it is callable, else a ValueError."""
-    if not callable(func):
-        raise ValueError(f"func should be callable, got {func!r}.")
-    return func
+class TransformRewardBase:
+    """``func`` applied to the rewards: the single-env and vector ``TransformReward``.
+
+    First in the bases of a Gymnasium reward wrapper, whose ``__init__`` it calls.
+    """
+
+    def __init__(self, env: Any, func: Callable[[Any], Any]):
+        if not callable(func):
+            raise ValueError(f"func should be callable, got {func!r}.")
+        self.func = func
+        RecordConstructorArgs.__init__(self, func=func)  # type: ignore[arg-type]  # a wrapper
+        super().__init__(env)  # type: ignore[call-arg]  # the Gymnasium reward wrapper's
 
 
-OBJECTIVES = ("each", "shared")
+class ClipRewardBase:
+    """``numpy.clip`` to bounds: the single-env and vector ``ClipReward``.
 
+    First in the bases of a ``TransformReward``, whose ``__init__`` it calls with the clip.
+    """
 
-def check_objectives(value) -> str:
-    """``value`` if it names a layout of statistics for vector rewards, else a ValueError."""
-    if not (isinstance(value, str) and value in OBJECTIVES):
-        raise ValueError(
-            "objectives should be 'each' (one set of statistics per objective) or 'shared' "
-            f"(one scale across the objectives), got objectives={value!r}."
-        )
-    return value
+    def __init__(self, env: Any, min_reward=None, max_reward=None):
+        num_envs = env.num_envs if isinstance(self, VectorWrapper) else None
+        clip = clip_function(min_reward, max_reward, num_envs)
+        RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)  # type: ignore[arg-type]  # a wrapper
+        super().__init__(env, clip)  # type: ignore[call-arg]  # TransformRewardBase's
 
 
 def describe_layout(objective_shape: tuple[int, ...]) -> str:
@@ -160,15 +169,12 @@ def saved_objective_shape(data: bytes) -> tuple[int, ...] | None:
     """
     try:
         body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
-        metadata = body["metadata"]
-        num_objectives = metadata.get("num_objectives")
+        num_objectives = body["metadata"].get("num_objectives")
     except Exception:  # noqa: BLE001  (any malformed input: load_state reports it in full)
         return None
     if num_objectives is None:
         return ()
-    if type(num_objectives) is int and num_objectives >= 1:
-        return (num_objectives,)
-    return None
+    return (num_objectives,) if type(num_objectives) is int and num_objectives >= 1 else None
 
 
 # The modules that define MO-Gymnasium's LinearReward: read where imported, never imported here.
@@ -183,17 +189,6 @@ def wrapper_stack(env) -> Iterator[Any]:
         yield env
 
 
-def scalarizes(env) -> bool:
-    """Whether a wrapper in ``env``'s stack is MO-Gymnasium's ``LinearReward`` (one number).
-
-    Without ``mo_gymnasium`` imported, no ``LinearReward`` can be in the stack: False.
-    """
-    modules = (sys.modules.get(name) for name in _LINEAR_REWARD_MODULES)
-    found = (getattr(module, "LinearReward", None) for module in modules)
-    classes = tuple(cls for cls in found if isinstance(cls, type))
-    return bool(classes) and any(isinstance(each, classes) for each in wrapper_stack(env))
-
-
 def declared_objective_shape(env) -> tuple[int, ...] | None:
     """The objective axes ``(k,)`` the environment declares, or None where it declares none.
 
@@ -202,9 +197,14 @@ def declared_objective_shape(env) -> tuple[int, ...] | None:
     shape ``(k,)`` (one environment's reward, also for a vector environment). None also where
     a wrapper in ``env``'s stack (``env`` and each ``.env`` below it) is MO-Gymnasium's
     ``LinearReward``: it turns the vector into one number and declares no ``reward_space`` of its
-    own, so the layout is unknown until the first step.
+    own, so the layout is unknown until the first step. (Without ``mo_gymnasium`` imported, no
+    ``LinearReward`` can be in the stack.)
     """
-    if scalarizes(env):
+    found = (
+        getattr(sys.modules.get(name), "LinearReward", None) for name in _LINEAR_REWARD_MODULES
+    )
+    linear = tuple(cls for cls in found if isinstance(cls, type))
+    if any(isinstance(each, linear) for each in wrapper_stack(env)):
         return None
     space = getattr(env.unwrapped, "reward_space", None)
     if isinstance(space, gym_spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
@@ -263,10 +263,14 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
     return stats
 
 
-def holds_prior(stats: RunningMeanStd) -> bool:
-    """Whether this library's statistics are still the prior: nothing merged, set or loaded."""
-    held, prior = stats.stats, RunningMeanStd(stats.shape).stats
-    return np.array_equal(held.moments, prior.moments) and not np.any(held.count_words)
+def check_objectives(value) -> str:
+    """``value`` if it names a layout of statistics for vector rewards, else a ValueError."""
+    if not (isinstance(value, str) and value in ("each", "shared")):
+        raise ValueError(
+            "objectives should be 'each' (one set of statistics per objective) or 'shared' "
+            f"(one scale across the objectives), got objectives={value!r}."
+        )
+    return value
 
 
 class HostStatistics:
@@ -275,8 +279,6 @@ class HostStatistics:
     Subclasses give :meth:`state_dict`, :meth:`load_state_dict` and :meth:`_load_target`.
     """
 
-    _epsilon: float
-    _update_running_mean: bool
     state_dict: Callable[[], dict[str, Any]]
     load_state_dict: Callable[[dict[str, Any]], None]
     _load_target: Callable[[bytes, str], tuple[dict[str, Any], dict[str, Any]]]
@@ -332,15 +334,21 @@ class HostStatistics:
         return {"wrapper": f"{cls.__module__}.{cls.__qualname__}", "epsilon": self.epsilon}
 
 
-class Normalizer(HostStatistics):
+EnvT = TypeVar("EnvT", Env, VectorEnv)  # the environment a wrapper takes
+
+
+class Normalizer(HostStatistics, Generic[EnvT]):
     """``gamma``, ``epsilon``, ``objectives``, ``update_running_mean`` and ``save`` / ``load``.
 
-    Out-of-range hyperparameters raise :class:`gymnasium.error.InvalidBound` with Gymnasium
-    1.4.0's messages (1.3.0 accepted them silently), other values ValueError, whenever they are
-    set. ``gamma`` and ``epsilon`` are stored as Python floats: a NumPy scalar computes exactly as
-    the Python float of the same value. Subclasses name their per-environment arrays in
-    ``_checkpointed``: pairs of (key in the file, attribute holding the array), the tracked
-    returns first.
+    The constructor of both ``NormalizeReward`` wrappers: a vector environment's
+    ``metadata["autoreset_mode"]`` (NEXT_STEP if missing) decides the return's semantics, a
+    single environment's are Gymnasium's. Out-of-range hyperparameters raise
+    :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's messages (1.3.0 accepted them
+    silently), other values ValueError, whenever they are set. ``gamma`` and ``epsilon`` are
+    stored as Python floats: a NumPy scalar computes exactly as the Python float of the same
+    value. Subclasses name their per-environment arrays in ``_checkpointed``: pairs of (key in
+    the file, attribute holding the array), the tracked returns first (of ``_returns_dtype``,
+    with the objective axes of a vector reward), then the episode flags (bool).
 
     The reward's layout (one number, or a vector of k objectives, per environment) is set by the
     first step or a loaded checkpoint, whichever comes first: a vector reward gets returns with a
@@ -354,28 +362,50 @@ class Normalizer(HostStatistics):
     :attr:`return_rms`).
     """
 
-    _checkpointed: tuple[tuple[str, str], ...] = ()
-    _return_rms: Any
-    _rms_assigned: bool
-    _gamma: float
-    _epsilon: float
-    _objectives: str
-    _objective_shape: tuple[int, ...] | None
-    _declared_shape: tuple[int, ...] | None
-    _update_running_mean: bool
+    _checkpointed: tuple[tuple[str, str], ...]
+    _returns_dtype: type
 
-    def __init__(self, gamma, epsilon, objectives):
-        """Checks, stores and records the hyperparameters; the statistics start from the prior."""
+    def __init__(
+        self,
+        env: EnvT,
+        gamma: base.Real = 0.99,
+        epsilon: base.Real = 1e-8,
+        *,
+        objectives: str = "each",
+    ):
+        """Checks and records the hyperparameters, then wraps ``env`` in its declared layout."""
         self.gamma = gamma
         self.epsilon = epsilon
         self._objectives = check_objectives(objectives)
-        self._objective_shape = None  # set by the first step or a loaded checkpoint
-        self._declared_shape = None  # set by _use_declared_layout
-        self._update_running_mean = True
-        self._return_rms, self._rms_assigned = RunningMeanStd(), False
         # The default is left out of the spec: a scalar wrapper's is Gymnasium's.
         options = {} if objectives == "each" else {"objectives": objectives}
         RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon, **options)  # type: ignore[arg-type]  # a wrapper
+        super().__init__(env)  # type: ignore[call-arg]  # the Gymnasium wrapper's
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        vector = isinstance(self, VectorWrapper)
+        self._same_step = vector and AutoresetMode(mode) == AutoresetMode.SAME_STEP
+        self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
+        self._update_running_mean = True
+        # Set by the first step or a loaded checkpoint; until then the declared layout, if any.
+        self._objective_shape: tuple[int, ...] | None = None
+        self._declared_shape = declared_objective_shape(env)
+        self._return_rms, self._rms_assigned = self._new_stats(self._layout()), False
+        for attr, zeros in self._arrays(self._layout()).items():
+            setattr(self, attr, zeros)
+
+    @property
+    def gamma(self) -> float:
+        """The discount factor of the tracked return, in [0, 1]."""
+        return self._gamma
+
+    @gamma.setter
+    def gamma(self, value) -> None:
+        gamma = real("gamma", value)
+        # The return is multiplied by gamma every step: above 1 it diverges (gamma=99,
+        # a typo for 0.99, overflows to inf), below 0 it flips sign every step.
+        if not 0 <= gamma <= 1:
+            raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {value}")
+        self._gamma = gamma
 
     @property
     def objectives(self) -> str:
@@ -424,37 +454,20 @@ class Normalizer(HostStatistics):
     def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:
         """What ``return_rms`` may be for a layout (None: not known yet), for an error message."""
         scalar = "a RunningMeanStd of shape () (this library's or Gymnasium's)"
-        if objective_shape is None:
-            if self._objectives == "shared":
-                return f"{scalar}, as objectives='shared' keeps one scale"
-            return (
-                f"{scalar} for a reward of one number, or for a vector of k objectives an "
-                "ObjectiveStats of k objectives (or Gymnasium's RunningMeanStd of shape (k,), "
-                "converted), as objectives='each' keeps statistics per objective"
-            )
-        if not objective_shape:
+        if objective_shape == ():
             return f"{scalar} for this wrapper's reward of one number"
-        k = objective_shape[0]
+        k = objective_shape[0] if objective_shape else "k"
         if self._objectives == "shared":
-            return f"{scalar}, as objectives='shared' keeps one scale across the {k} objectives"
-        return (
+            across = f" across the {k} objectives" if objective_shape else ""
+            return f"{scalar}, as objectives='shared' keeps one scale{across}"
+        each = (
             f"an ObjectiveStats of {k} objectives (or Gymnasium's RunningMeanStd of shape ({k},), "
-            f"converted), as objectives='each' keeps statistics for each of the {k} objectives"
+            "converted), as objectives='each' keeps statistics"
         )
-
-    @property
-    def gamma(self) -> float:
-        """The discount factor of the tracked return, in [0, 1]."""
-        return self._gamma
-
-    @gamma.setter
-    def gamma(self, value) -> None:
-        gamma = real("gamma", value)
-        # The return is multiplied by gamma every step: above 1 it diverges (gamma=99,
-        # a typo for 0.99, overflows to inf), below 0 it flips sign every step.
-        if not 0 <= gamma <= 1:
-            raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {value}")
-        self._gamma = gamma
+        if objective_shape:
+            return f"{each} for each of the {k} objectives"
+        either = f"{scalar} for a reward of one number, or for a vector of k objectives"
+        return f"{either} {each} per objective"
 
     def _check_layout(self, objective_shape: tuple[int, ...], source: str) -> None:
         """A ValueError if the layout is set and ``source``'s differs; changes nothing."""
@@ -462,29 +475,13 @@ class Normalizer(HostStatistics):
         if current is not None and current != objective_shape:
             raise ValueError(
                 f"{source} {describe_layout(objective_shape)} per environment, but this wrapper "
-                f"normalizes {describe_layout(current)} (reward shape "
-                f"{current} per environment, set by its first step or a loaded "
-                "checkpoint); a wrapper keeps one reward layout."
+                f"normalizes {describe_layout(current)} (reward shape {current} per environment, "
+                "set by its first step or a loaded checkpoint); a wrapper keeps one reward layout."
             )
-
-    def _use_declared_layout(self, env) -> None:
-        """Gives the default statistics and the returns the layout ``env`` declares, if any.
-
-        Called once the arrays exist. The layout stays unset: the first step or a loaded
-        checkpoint sets it, and may differ (see :meth:`_use_layout`).
-        """
-        declared = declared_objective_shape(env)
-        if declared is not None:
-            self._declared_shape = declared
-            self._return_rms = self._new_stats(declared)
-            for attr, zeros in self._arrays(declared).items():
-                setattr(self, attr, zeros)
 
     def _known_layout(self) -> tuple[int, ...] | None:
         """The layout set, else the one declared, else None."""
-        if self._objective_shape is not None:
-            return self._objective_shape
-        return self._declared_shape
+        return self._declared_shape if self._objective_shape is None else self._objective_shape
 
     def _layout(self) -> tuple[int, ...]:
         """The layout set, else the one declared, else one number."""
@@ -499,19 +496,23 @@ class Normalizer(HostStatistics):
         """
         self._check_layout(objective_shape, source)
         if self._objective_shape is None:
-            stats = self._fitted_stats(objective_shape, source)
-            self._return_rms = stats
+            self._return_rms = self._fitted_stats(objective_shape, source)
             for attr, zeros in self._arrays(objective_shape).items():
                 if getattr(self, attr).shape != zeros.shape:
                     setattr(self, attr, zeros)
             self._objective_shape = objective_shape
 
     def _fitted_stats(self, objective_shape: tuple[int, ...], source: str):
-        """``return_rms`` if it fits the layout, fresh statistics for an untouched default."""
+        """``return_rms`` if it fits the layout, fresh statistics for an untouched default.
+
+        The default is untouched while it equals the statistics :meth:`__init__` gave it (the
+        prior, of the declared layout): nothing merged, set or loaded.
+        """
         rms = self._return_rms
         if stats_shape(rms) == self._stats_shape(objective_shape):
             return rms
-        if not self._rms_assigned and holds_prior(rms):
+        untouched = self._new_stats(self._layout()).get_state()
+        if not self._rms_assigned and rms.get_state() == untouched:
             return self._new_stats(objective_shape)
         raise ValueError(
             f"return_rms holds {describe_stats(rms)}, but {source} "
@@ -530,30 +531,24 @@ class Normalizer(HostStatistics):
 
     def _arrays(self, objective_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         """Zeroed per-environment arrays for a layout, by attribute: returns gain its axes."""
-        arrays = {}
-        for _, attr in self._checkpointed:
-            array = getattr(self, attr)
-            extra = objective_shape if array.dtype.kind == "f" else ()
-            arrays[attr] = np.zeros(array.shape[:1] + extra, array.dtype)
-        return arrays
+        envs = self.num_envs if isinstance(self, VectorWrapper) else 1
+        (_, returns), *flags = self._checkpointed
+        arrays = {attr: np.zeros(envs, bool) for _, attr in flags}
+        return {returns: np.zeros((envs, *objective_shape), self._returns_dtype), **arrays}
 
-    def _template(self, objective_shape: tuple[int, ...]) -> dict[str, Any]:
-        """A fresh :meth:`state_dict` of a layout, for :func:`~rewardnorm_jax.load_state`."""
-        arrays = self._arrays(objective_shape)
-        state = {key: arrays[attr] for key, attr in self._checkpointed}
-        return {"return_rms": self._new_stats(objective_shape).stats, **state}
-
-    def _variance(self):
-        """The statistics' variance: a float, or an array ``(k,)`` of each objective's."""
+    def _scaled(self, rewards: np.ndarray) -> np.ndarray:
+        """``rewards / sqrt(var + epsilon)``, each objective by its variance for ObjectiveStats."""
         rms = self._return_rms
-        return rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
+        var = rms.var if isinstance(rms, ObjectiveStats) else float(rms.var)
+        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
+        return formulas.scale_by_std(np, rewards, var, self._epsilon, None, False)
 
     @property
     def _returns(self) -> np.ndarray:
         """The tracked returns: the first of the ``_checkpointed`` arrays."""
         return getattr(self, self._checkpointed[0][1])
 
-    def _advance(self, rewards: np.ndarray, ends, cuts, active, semantics) -> np.ndarray:
+    def _advance(self, rewards: np.ndarray, ends, cuts, active) -> np.ndarray:
         """One step of the tracked returns (``rewards`` of their shape); the rewards scaled.
 
         The flags and ``active`` (None: every environment) broadcast against the rewards.
@@ -571,11 +566,10 @@ class Normalizer(HostStatistics):
             valid,
             active,
             gamma=self._gamma,
-            semantics=semantics,
+            semantics=self._semantics,
             learn_returns=self._learn_returns,
         )
-        # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
-        return formulas.scale_by_std(np, rewards, self._variance(), self._epsilon, None, False)
+        return self._scaled(rewards)
 
     def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
         """Merges the selected returns, as carried, into ``rms``; returns ``rms``.
@@ -612,13 +606,11 @@ class Normalizer(HostStatistics):
         """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing).
 
         A wrapper that has not stepped yet takes the layout of ``state`` (its returns' trailing
-        axis); one that has raises ValueError for another layout, as do statistics assigned
+        axes); one that has raises ValueError for another layout, as do statistics assigned
         to ``return_rms`` that do not fit it. The statistics are restored into
         ``return_rms`` in place.
         """
-        returns_key = self._checkpointed[0][0]
-        objective_shape = np.shape(state[returns_key])[1:]
-        self._check_layout(objective_shape, "the state holds returns of")
+        objective_shape = np.shape(state[self._checkpointed[0][0]])[1:]
         loaded = self._new_stats(objective_shape)
         loaded.stats = state["return_rms"]
         arrays, targets = {}, self._arrays(objective_shape)
@@ -646,7 +638,10 @@ class Normalizer(HostStatistics):
         if objective_shape is None:  # unreadable: load_state names the fault
             objective_shape = self._layout()
         self._check_layout(objective_shape, f"the checkpoint {source!r} holds")
-        return self._template(objective_shape), self._checkpoint_metadata(objective_shape)
+        arrays = self._arrays(objective_shape)  # a fresh state_dict of the layout: the template
+        state = {key: arrays[attr] for key, attr in self._checkpointed}
+        template = {"return_rms": self._new_stats(objective_shape).stats, **state}
+        return template, self._checkpoint_metadata(objective_shape)
 
     def _checkpoint_metadata(
         self, objective_shape: tuple[int, ...] | None = None

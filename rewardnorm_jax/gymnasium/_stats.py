@@ -27,13 +27,18 @@ def real(name: str, value) -> float:
 
 def _count(name: str, value) -> int:
     """A sample count: an integer (or integral float) in [0, 2^64 - 1], or a ValueError."""
-    integral = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    samples = (
-        int(value) if integral or (checks.is_real(value) and float(value).is_integer()) else -1
+    integral = checks.is_real(value) and (  # a bool is not
+        isinstance(value, numbers.Integral) or float(value).is_integer()
     )
+    samples = int(value) if integral else -1
     if not 0 <= samples <= _MAX_SAMPLES:  # NaN and inf are not integers either
         raise ValueError(f"{name} should be an integer in [0, 2**64 - 1], got {name}={value!r}.")
     return samples
+
+
+def _plain_moments(mean, m2) -> np.ndarray:
+    """The moments ``(*shape, 4)`` of this mean and :math:`M`, with zero low words."""
+    return np.stack(np.broadcast_arrays(mean, 0.0, m2, 0.0), -1)
 
 
 def _host_stats(moments: np.ndarray, samples: np.ndarray) -> rs.RunningStats:
@@ -102,10 +107,8 @@ class RunningMeanStd:
                 "count should be a number of samples plus the prior weight 1e-4 "
                 f"(e.g. 10.0001), got count={value!r}."
             )
-        words = self._moments.copy()
-        words[..., 1:] = 0.0
-        words[..., 0], words[..., 2] = self.mean, self.var * (samples + PRIOR_COUNT)
-        self._set(words, samples.astype(np.uint64))
+        moments = _plain_moments(self.mean, self.var * (samples + PRIOR_COUNT))
+        self._set(moments, samples.astype(np.uint64))
 
     @property
     def mean(self):
@@ -115,9 +118,7 @@ class RunningMeanStd:
 
     @mean.setter
     def mean(self, value) -> None:
-        words = np.zeros_like(self._moments)
-        words[..., 0], words[..., 2] = self._reals("mean", value), self.m2
-        self._set(words, self._samples)
+        self._set(_plain_moments(self._reals("mean", value), self.m2), self._samples)
 
     @property
     def m2(self):
@@ -136,9 +137,7 @@ class RunningMeanStd:
         var = self._reals("var", value)
         if not np.all(var >= 0.0):
             raise ValueError(f"var should be >= 0, got var={value!r}.")
-        words = np.zeros_like(self._moments)
-        words[..., 0], words[..., 2] = self.mean, var * self.count
-        self._set(words, self._samples)
+        self._set(_plain_moments(self.mean, var * self.count), self._samples)
 
     @property
     def stats(self) -> rs.RunningStats:
@@ -168,7 +167,7 @@ class RunningMeanStd:
             return np.float64(real(name, value))
         array = np.asarray(value)
         if array.dtype.kind not in "iuf" or array.shape not in ((), self.shape):
-            expected = f"real numbers of shape {self.shape}" if self.shape else "a real number"
+            expected = f"real numbers of shape {self.shape}"
             raise ValueError(f"{name} should be {expected}, got {name}={value!r}.")
         return np.broadcast_to(array.astype(np.float64), self.shape)
 
@@ -331,8 +330,10 @@ class RunningMeanStd:
 
     def __repr__(self) -> str:
         mean, var, count = (np.asarray(x).tolist() for x in (self.mean, self.var, self.count))
-        shape = f"shape={self.shape}, " if self.shape else ""
-        return f"RunningMeanStd({shape}mean={mean!r}, var={var!r}, count={count!r})"
+        shape = (
+            f"shape={self.shape}, " if self.shape and not isinstance(self, ObjectiveStats) else ""
+        )
+        return f"{type(self).__name__}({shape}mean={mean!r}, var={var!r}, count={count!r})"
 
 
 class ObjectiveStats(RunningMeanStd):
@@ -395,9 +396,3 @@ class ObjectiveStats(RunningMeanStd):
     def __setstate__(self, state: Sequence[Mapping[str, Any]]) -> None:
         RunningMeanStd.__init__(self, (len(state),))
         self.set_state(state)
-
-    def __repr__(self) -> str:
-        return (
-            f"ObjectiveStats(mean={self.mean.tolist()!r}, var={self.var.tolist()!r}, "
-            f"count={self.count.tolist()!r})"
-        )

@@ -4,7 +4,6 @@ r"""Vector twins of the Gymnasium adapter: :class:`gymnasium.vector.VectorWrappe
 ``gymnasium.wrappers.vector``'s classes of the same names.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -20,22 +19,15 @@ from gymnasium.vector import (
 from gymnasium.vector.utils import batch_space
 
 from rewardnorm_jax._src.core import base
-from rewardnorm_jax._src.core import semantics as sem_lib
-from rewardnorm_jax._src.stats import formulas
-from rewardnorm_jax.gymnasium._common import (
-    Normalizer,
-    check_callable,
-    clip_function,
-    real_array,
-    returns_property,
-    step_arrays,
-)
+from rewardnorm_jax.gymnasium import _common
 from rewardnorm_jax.gymnasium._observation import ObservationStatistics
 
 __all__ = ["ClipReward", "NormalizeObservation", "NormalizeReward", "TransformReward"]
 
 
-class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer):
+class NormalizeReward(
+    _common.Normalizer[VectorEnv], VectorWrapper, gym.utils.RecordConstructorArgs
+):
     r"""Scales rewards so that the discounted returns have approximately unit variance.
 
     One set of running statistics (``return_rms``) is shared by all sub-environments; each keeps
@@ -86,28 +78,14 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     """
 
     _checkpointed = (("accumulated_reward", "_accumulated_reward"), ("prev_dones", "_prev_dones"))
-    accumulated_reward = returns_property(
+    _returns_dtype = np.float32
+    _accumulated_reward: np.ndarray
+    _prev_dones: np.ndarray
+    accumulated_reward = _common.returns_property(
         "accumulated_reward",
         "Gymnasium's float32 array (num_envs,), (num_envs, k) for k objectives; assignments "
         "round to float32",
     )
-
-    def __init__(
-        self,
-        env: VectorEnv,
-        gamma: base.Real = 0.99,
-        epsilon: base.Real = 1e-8,
-        *,
-        objectives: str = "each",
-    ):
-        Normalizer.__init__(self, gamma, epsilon, objectives)
-        VectorWrapper.__init__(self, env)
-        self._accumulated_reward = np.zeros((self.num_envs,), dtype=np.float32)
-        self._prev_dones = np.zeros((self.num_envs,), dtype=bool)
-        self._use_declared_layout(env)
-        mode = AutoresetMode(self.env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-        self._same_step = mode == AutoresetMode.SAME_STEP
-        self._semantics = sem_lib.GYMNASIUM_SAME_STEP if self._same_step else sem_lib.GYMNASIUM
 
     def reset(
         self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
@@ -128,7 +106,9 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Steps through the environments, normalizing the rewards returned."""
         obs, reward, terminated, truncated, info = self.env.step(actions)
-        rewards, ends, cuts = step_arrays(self._prev_dones.shape, reward, terminated, truncated)
+        rewards, ends, cuts = _common.step_arrays(
+            self._prev_dones.shape, reward, terminated, truncated
+        )
         if rewards.shape[1:] != self._objective_shape:  # the first step, or a changed shape
             self._use_layout(rewards.shape[1:], "the environment returned rewards of")
         active = None if self._same_step else ~self._prev_dones
@@ -136,7 +116,7 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         if rewards.ndim == 2:  # one flag per environment, for each of its objectives
             ends, cuts = ends[:, None], cuts[:, None]
             active = None if active is None else active[:, None]
-        scaled = self._advance(rewards, ends, cuts, active, self._semantics)
+        scaled = self._advance(rewards, ends, cuts, active)
         return obs, scaled, terminated, truncated, info
 
     def normalize(self, reward) -> np.ndarray:
@@ -148,21 +128,17 @@ class NormalizeReward(VectorWrapper, gym.utils.RecordConstructorArgs, Normalizer
         returns = self._accumulated_reward
         selected = np.isfinite(returns) & self._update_running_mean
         self._learn_returns(self.return_rms, returns, selected)
-        reward = real_array("reward", reward).astype(np.float64)
-        return formulas.scale_by_std(np, reward, self._variance(), self.epsilon, None, False)
+        return self._scaled(_common.real_array("reward", reward).astype(np.float64))
 
 
-class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
+class TransformReward(
+    _common.TransformRewardBase, VectorRewardWrapper, gym.utils.RecordConstructorArgs
+):
     """Applies a function to the rewards of a vector environment (the whole array at once).
 
-    Same as :class:`gymnasium.wrappers.vector.TransformReward`; a non-callable ``func`` raises
-    ``ValueError``.
+    Same as :class:`gymnasium.wrappers.vector.TransformReward` (arguments ``env`` and ``func``);
+    a non-callable ``func`` raises ``ValueError``.
     """
-
-    def __init__(self, env: VectorEnv, func: Callable[[np.ndarray], np.ndarray]):
-        self.func = check_callable(func)
-        gym.utils.RecordConstructorArgs.__init__(self, func=func)
-        VectorRewardWrapper.__init__(self, env)
 
     # Gymnasium annotates VectorRewardWrapper.rewards with a type variable its class does not bind.
     def rewards(self, reward: np.ndarray) -> np.ndarray:  # type: ignore[override, unused-ignore]
@@ -170,24 +146,14 @@ class TransformReward(VectorRewardWrapper, gym.utils.RecordConstructorArgs):
         return self.func(reward)
 
 
-class ClipReward(TransformReward, gym.utils.RecordConstructorArgs):
+class ClipReward(_common.ClipRewardBase, TransformReward, gym.utils.RecordConstructorArgs):
     """Clips the rewards of a vector environment between a lower and an upper bound.
 
-    The values and checks of :class:`gymnasium.wrappers.vector.ClipReward`, computed with one
-    ``numpy.clip`` over the whole array (Gymnasium clips environment by environment in a Python
-    loop, overwriting the inner environment's array).
+    The arguments, values and checks of :class:`gymnasium.wrappers.vector.ClipReward`, computed
+    with one ``numpy.clip`` over the whole array (Gymnasium clips environment by environment in
+    a Python loop, overwriting the inner environment's array); a bound is a number or one per
+    sub-environment, else ValueError.
     """
-
-    def __init__(self, env: VectorEnv, min_reward=None, max_reward=None):
-        clip = clip_function(min_reward, max_reward)
-        for name, bound in (("min_reward", min_reward), ("max_reward", max_reward)):
-            if np.shape(bound) not in ((), (env.num_envs,)):
-                raise ValueError(
-                    f"{name} should be a number or one bound per sub-environment (shape "
-                    f"({env.num_envs},)), got shape {np.shape(bound)}."
-                )
-        gym.utils.RecordConstructorArgs.__init__(self, min_reward=min_reward, max_reward=max_reward)
-        TransformReward.__init__(self, env, clip)
 
 
 class NormalizeObservation(
