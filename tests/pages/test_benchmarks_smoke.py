@@ -209,14 +209,16 @@ def test_observation(capsys):
     assert [row[:2] for row in rows] == [["3", "8"], ["40", "8"]]  # 40: the wide sums
     for row in rows:
         assert_positive_numbers(row[2:6])
-        ours_error, purejaxrl_error = (float(cell) for cell in row[10].split(" / "))
+        ours_error, purejaxrl_error = (float(cell) for cell in row[12].split(" / "))
         assert ours_error < 1e-4  # ours within float32 rounding of PureJaxRL's float64 arithmetic
         assert purejaxrl_error < 1e-2
-        ours_brax_error = float(row[11].split(" / ")[0])
+        ours_brax_error, finite_error = (float(cell) for cell in row[13].split(" / ")[:2])
         if importlib.util.find_spec("brax") is None:  # no Brax: no reference to measure against
             assert math.isnan(ours_brax_error)
+            assert math.isnan(finite_error)
         else:
             assert ours_brax_error < 1e-4
+            assert finite_error < 1e-4
 
 
 def test_categorical(capsys):
