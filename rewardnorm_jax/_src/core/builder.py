@@ -24,7 +24,6 @@ from rewardnorm_jax._src.core import checks, state_fields
 from rewardnorm_jax._src.core.base import (
     Config,
     EmptyState,
-    InitFn,
     PyTree,
     RewardTransform,
     Shape,
@@ -32,11 +31,6 @@ from rewardnorm_jax._src.core.base import (
     StepInputs,
     Unchecked,
 )
-
-
-@functools.lru_cache(maxsize=256)
-def _expected_layout(init: InitFn, batch_shape: Shape) -> dict[str, str]:
-    return checks.layout(jax.eval_shape(lambda: init(batch_shape)))
 
 
 def make_transform(
@@ -76,7 +70,7 @@ def make_transform(
         """
         shape = state_fields.batch_shape(state)
         shape = jnp.shape(reward) if shape is None else shape
-        checks.check_state(state, _expected_layout(checked_init, shape), shape, config)
+        checks.check_state(state, checks.expected_layout(checked_init, shape), shape, config)
         return shape
 
     def checked_task(task, shape: Shape) -> jax.Array | None:

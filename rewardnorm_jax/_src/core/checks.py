@@ -10,6 +10,7 @@ task ids are ``checkify`` checks, dropped where the caller does not
 """
 
 import dataclasses
+import functools
 import math
 import numbers
 import operator
@@ -52,6 +53,12 @@ def shape_of(array) -> Shape:
 
 def _is_size(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+@functools.lru_cache(maxsize=256)
+def expected_layout(init, *args) -> dict[str, str]:
+    """The :func:`layout` of ``init(*args)``'s state, traced once per argument, never run."""
+    return layout(jax.eval_shape(lambda: init(*args)))
 
 
 def layout(tree, path: str = "") -> dict[str, str]:

@@ -185,14 +185,9 @@ def init(config: PopArtConfig) -> PopArtState:
     )
 
 
-@functools.lru_cache(maxsize=64)
-def _expected_layout(config: PopArtConfig) -> dict[str, str]:
-    return checks.layout(jax.eval_shape(lambda: init(config)))
-
-
 def checked(config: PopArtConfig, state, name: str, values, task, *, broadcast=False):
     """``(values, task)`` checked against the state and the configuration, as arrays."""
-    checks.check_state(state, _expected_layout(config), (), config)
+    checks.check_state(state, checks.expected_layout(init, config), (), config)
     values = jnp.asarray(checks.check_reward(name, values), config.dtype)
     if config.num_tasks is None:
         if task is not None:

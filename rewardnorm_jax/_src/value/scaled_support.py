@@ -29,7 +29,6 @@ each with its cost:
 """
 
 import dataclasses
-import functools
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
@@ -234,14 +233,9 @@ def support_of(config: ScaledSupportConfig, state: ScaledSupportState, task=None
     return uniform_support(-bound, bound, config.num_atoms, space=config.space, dtype=config.dtype)
 
 
-@functools.lru_cache(maxsize=64)
-def _expected_layout(config: ScaledSupportConfig) -> dict[str, str]:
-    return checks.layout(jax.eval_shape(lambda: init(config)))
-
-
 def _check_state(config: ScaledSupportConfig, state) -> None:
     """A ValueError at trace time for a state of another layout (num_tasks, dtype, type)."""
-    checks.check_state(state, _expected_layout(config), (), config)
+    checks.check_state(state, checks.expected_layout(init, config), (), config)
 
 
 def _statistic(config: ScaledSupportConfig, reward_state) -> jax.Array:
