@@ -2,7 +2,7 @@
 
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,7 @@ class RunningMeanStd:
     """
 
     __slots__ = ("_moments", "_samples")
+    _shape_in_repr: ClassVar[bool] = True  # repr names the shape
 
     def __init__(self, shape: int | tuple[int, ...] = ()):
         shape = checks.check_batch_shape(shape, "shape")
@@ -330,9 +331,7 @@ class RunningMeanStd:
 
     def __repr__(self) -> str:
         mean, var, count = (np.asarray(x).tolist() for x in (self.mean, self.var, self.count))
-        shape = (
-            f"shape={self.shape}, " if self.shape and not isinstance(self, ObjectiveStats) else ""
-        )
+        shape = f"shape={self.shape}, " if self.shape and self._shape_in_repr else ""
         return f"{type(self).__name__}({shape}mean={mean!r}, var={var!r}, count={count!r})"
 
 
@@ -357,6 +356,7 @@ class ObjectiveStats(RunningMeanStd):
     """
 
     __slots__ = ()
+    _shape_in_repr = False  # (k,): the lists show it
 
     def __init__(self, num_objectives: int):
         if not (isinstance(num_objectives, numbers.Integral) and num_objectives >= 1):
