@@ -16,9 +16,9 @@ there (``@pytest.mark.requires``), never by an import inside its body.
 XLA compiles the tests' programs, in this process and in every interpreter the
 tests start, with its backend's cheap optimizations only (``TEST_XLA_FLAGS``,
 appended to ``XLA_FLAGS``): most of the suite's time is compiling programs that
-run for milliseconds. The level changes how fast the machine code runs; the
-suite also passes at XLA's default level, which users and the benchmarks
-(scripts that time programs) run at.
+run for milliseconds. The optimization level changes how fast the machine
+code runs, not what it computes (XLA keeps IEEE semantics at every level);
+the benchmarks, which time programs, run at XLA's defaults.
 """
 
 import functools
