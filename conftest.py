@@ -12,17 +12,9 @@ EXTRAS`` leaves out the families' tests that need no extra beyond ``EXTRAS``
 every session runs. A test's extras are read from its file's top-level
 imports and its ``requires`` markers: a test that needs an extra says so
 there (``@pytest.mark.requires``), never by an import inside its body.
-
-XLA compiles the tests' programs, in this process and in every interpreter the
-tests start, with its backend's cheap optimizations only (``TEST_XLA_FLAGS``,
-appended to ``XLA_FLAGS``): most of the suite's time is compiling programs that
-run for milliseconds. The optimization level changes how fast the machine
-code runs, not what it computes (XLA keeps IEEE semantics at every level);
-the benchmarks, which time programs, run at XLA's defaults.
 """
 
 import functools
-import os
 import pathlib
 
 import pytest
@@ -32,9 +24,6 @@ from tests._extras import extras_needed, imported_modules, missing_reason
 ROOT = pathlib.Path(__file__).parent
 FAMILIES = ("core", "stats", "reward", "value", "llm", "observation")  # folders of tests/
 CONTRACTS = ("test_family_contract.py", "test_transform_contract.py")  # run in every session
-TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-# Read when JAX starts its CPU backend, after collection; inherited by the tests' subprocesses.
-os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
 
 
 class NeedsExtra(pytest.File):

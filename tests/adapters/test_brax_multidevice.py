@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 def run():
     env = {
         **os.environ,
-        "XLA_FLAGS": f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count=2",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
         "JAX_PLATFORMS": "cpu",
     }
     env.pop("JAX_ENABLE_X64", None)

@@ -43,14 +43,15 @@ def run_alone():
     """``run_alone(argv, code, cwd)``: a block run as ``python -c`` (or ``-m doctest``) would.
 
     Each call forks a fresh process from one server (see ``_fork_server.py``),
-    whose environment is the tests' (``conftest.py``'s ``XLA_FLAGS`` included), on the CPU.
+    whose environment is the tests' without ``XLA_FLAGS``, on the CPU.
     """
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as home:
         server = subprocess.Popen(
             [sys.executable, str(FORK_SERVER)],
             cwd=home,
             start_new_session=True,  # its group, a running example included, is ended at the end
-            env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            env={**env, "JAX_PLATFORMS": "cpu"},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

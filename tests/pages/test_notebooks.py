@@ -8,6 +8,7 @@ by compilation, which this roughly halves (same programs and results up to
 float rounding; the notebooks' own checks hold either way).
 """
 
+import os
 import pathlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -48,6 +49,8 @@ def executions():
     """Starts every notebook on first use; each test waits for its own."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("RN_NOTEBOOK_SMALL", "1")  # inherited by the kernels
+        flags = os.environ.get("XLA_FLAGS", "")
+        patch.setenv("XLA_FLAGS", f"{flags} --xla_backend_optimization_level=0".strip())
         with ThreadPoolExecutor(max_workers=2) as pool:
             futures = {
                 path: pool.submit(execute, path)

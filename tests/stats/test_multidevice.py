@@ -55,7 +55,7 @@ def _free_port() -> int:
 def _start(*args: str, devices: int) -> subprocess.Popen:
     env = {
         **os.environ,
-        "XLA_FLAGS": f"{os.environ['XLA_FLAGS']} --xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         "JAX_PLATFORMS": "cpu",
     }
     env.pop("JAX_ENABLE_X64", None)
