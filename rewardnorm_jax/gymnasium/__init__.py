@@ -124,23 +124,12 @@ class NormalizeReward(_common.Normalizer[gym.Env], gym.Wrapper, gym.utils.Record
             rewards, ends, cuts = _common.step_arrays((), reward, terminated, truncated)
             self._use_layout(rewards.shape, "the environment returned a reward of")
             if rewards.shape:  # one return per objective, a batch of one environment
-                scaled = self._advance(rewards[None], ends, cuts, None)
+                scaled = self._advance(self._discounted_reward, rewards[None], ends, cuts, None)
                 return obs, scaled[0], terminated, truncated, info
-        reward = float(reward)
+        reward, ends, cuts = float(reward), bool(terminated), bool(truncated)
         valid = math.isfinite(reward)
-        ret, rms = formulas.return_step(
-            np,
-            float(self._discounted_reward[0]),
-            self._return_rms,  # the attribute: no property call per step
-            reward,
-            bool(terminated),
-            bool(truncated),
-            self._update_running_mean,
-            valid,
-            None,
-            gamma=self._gamma,
-            semantics=self._semantics,
-            learn_returns=_learn_return,
+        ret, rms = self._return_step(
+            float(self._discounted_reward[0]), reward, ends, cuts, valid, None, _learn_return
         )
         self._discounted_reward[0] = ret
         scaled = formulas.scale_by_std(np, reward, float(rms.var), self._epsilon, None, not valid)

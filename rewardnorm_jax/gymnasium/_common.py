@@ -16,7 +16,7 @@ from gymnasium.error import InvalidBound
 from gymnasium.utils import RecordConstructorArgs
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from rewardnorm_jax._src.core import base, checkpoint
+from rewardnorm_jax._src.core import base, checkpoint, checks
 from rewardnorm_jax._src.core import semantics as sem_lib
 from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
@@ -78,7 +78,8 @@ def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
     """Tracked returns as a float64 array of ``shape`` (a number broadcasts), none NaN.
 
     A return past float64's range is ``inf`` (a run reaches it, and keeps it until its
-    episode ends); NaN is refused, since no step produces it.
+    episode ends); NaN is refused, since no step produces it: the core's
+    :func:`~rewardnorm_jax._src.core.checks.check_return`, as for a JAX state.
     """
     try:
         array = np.broadcast_to(real_array(name, value).astype(np.float64), shape)
@@ -86,8 +87,7 @@ def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
         raise ValueError(
             f"{name} should be a number or an array of shape {shape}, got {value!r}."
         ) from error
-    if np.isnan(array).any():
-        raise ValueError(f"{name} should hold returns a run reaches (no NaN), got {value!r}.")
+    checks.check_return(array, name)
     return array
 
 
@@ -161,24 +161,23 @@ def describe_layout(objective_shape: tuple[int, ...]) -> str:
     return f"a vector of {objective_shape[0]} objectives" if objective_shape else "one number"
 
 
-def saved_objective_shape(data: bytes) -> tuple[int, ...] | None:
-    """The objective axes a wrapper's checkpoint records, or None where it is unreadable.
+def saved_objective_shape(data: bytes, unreadable: tuple[int, ...]) -> tuple[int, ...]:
+    """The objective axes a wrapper's checkpoint records, ``unreadable`` where it records none.
 
     ``(k,)`` for ``num_objectives = k`` in its metadata, ``()`` without (a scalar reward). An
-    unreadable checkpoint gives None: :func:`~rewardnorm_jax.load_state` then says what is wrong.
+    unreadable checkpoint (or ``num_objectives`` that is not an integer >= 1) gives
+    ``unreadable``, the loading wrapper's layout: :func:`~rewardnorm_jax.load_state` then says
+    what is wrong, against that template.
     """
     try:
         body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
         num_objectives = body["metadata"].get("num_objectives")
     except Exception:  # noqa: BLE001  (any malformed input: load_state reports it in full)
-        return None
+        return unreadable
     if num_objectives is None:
         return ()
-    return (num_objectives,) if type(num_objectives) is int and num_objectives >= 1 else None
-
-
-# The modules that define MO-Gymnasium's LinearReward: read where imported, never imported here.
-_LINEAR_REWARD_MODULES = ("mo_gymnasium.wrappers.wrappers", "mo_gymnasium.wrappers")
+    valid = type(num_objectives) is int and num_objectives >= 1
+    return (num_objectives,) if valid else unreadable
 
 
 def wrapper_stack(env) -> Iterator[Any]:
@@ -200,11 +199,9 @@ def declared_objective_shape(env) -> tuple[int, ...] | None:
     own, so the layout is unknown until the first step. (Without ``mo_gymnasium`` imported, no
     ``LinearReward`` can be in the stack.)
     """
-    found = (
-        getattr(sys.modules.get(name), "LinearReward", None) for name in _LINEAR_REWARD_MODULES
-    )
-    linear = tuple(cls for cls in found if isinstance(cls, type))
-    if any(isinstance(each, linear) for each in wrapper_stack(env)):
+    # Read from MO-Gymnasium's public module where it is imported; never imported here.
+    linear = getattr(sys.modules.get("mo_gymnasium.wrappers"), "LinearReward", None)
+    if isinstance(linear, type) and any(isinstance(each, linear) for each in wrapper_stack(env)):
         return None
     space = getattr(env.unwrapped, "reward_space", None)
     if isinstance(space, gym_spaces.Box) and len(space.shape) == 1 and space.shape[0] >= 1:
@@ -251,10 +248,7 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
         return rms
     stats = ObjectiveStats(*shape) if per_objective else RunningMeanStd(shape)
     try:
-        if isinstance(rms, RunningMeanStd):  # this library's, of shape (k,): every word kept
-            stats.stats = rms.stats
-        else:
-            stats.count, stats.mean, stats.var = rms.count, rms.mean, rms.var
+        copy_stats(rms, stats)
     except ValueError as error:
         raise ValueError(
             f"return_rms was assigned {describe_stats(rms)} that converts to no statistics of "
@@ -263,14 +257,36 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
     return stats
 
 
-def check_objectives(value) -> str:
-    """``value`` if it names a layout of statistics for vector rewards, else a ValueError."""
-    if not (isinstance(value, str) and value in ("each", "shared")):
-        raise ValueError(
-            "objectives should be 'each' (one set of statistics per objective) or 'shared' "
-            f"(one scale across the objectives), got objectives={value!r}."
-        )
-    return value
+def bounded_property(name: str, valid: str, within: Callable[[float], bool]) -> Any:
+    """The hyperparameter ``name``: a Python float in ``self._name``, checked when assigned.
+
+    A value that is not a real number raises ValueError; a real number for which ``within`` is
+    false raises :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's message (it
+    should be ``valid``). A NumPy scalar is stored as the Python float of the same value, which
+    computes exactly as it does.
+    """
+    attr = "_" + name
+
+    def assign(self, value) -> None:
+        number = real(name, value)
+        if not within(number):
+            raise InvalidBound(f"`{name}` should be {valid}. Received {value}")
+        setattr(self, attr, number)
+
+    doc = f"``{name}``, {valid}: an assignment is checked (InvalidBound out of range)."
+    return property(lambda self: getattr(self, attr), assign, doc=doc)
+
+
+def copy_stats(source, target) -> None:
+    """Writes the statistics ``source`` holds into ``target``, in place (its views see them).
+
+    Every word, from this library's statistics to this library's (of the same shape); the mean,
+    variance and count where either is another's (Gymnasium's or SB3's ``RunningMeanStd``).
+    """
+    if isinstance(source, RunningMeanStd) and isinstance(target, RunningMeanStd):
+        target.stats = source.stats
+    else:
+        target.count, target.mean, target.var = source.count, source.mean, source.var
 
 
 class HostStatistics:
@@ -295,21 +311,12 @@ class HostStatistics:
             raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")
         self._update_running_mean = bool(setting)
 
-    @property
-    def epsilon(self) -> float:
-        """The stability parameter added to the variance, > 0 and finite."""
-        return self._epsilon
-
-    @epsilon.setter
-    def epsilon(self, value) -> None:
-        epsilon = real("epsilon", value)
-        # epsilon is added to the variance under the square root to keep the division
-        # away from zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
-        if not 0 < epsilon < math.inf:
-            raise InvalidBound(
-                f"`epsilon` should be strictly positive and finite. Received {value}"
-            )
-        self._epsilon = epsilon
+    _epsilon: float
+    # epsilon is added to the variance under the square root to keep the division away from
+    # zero: zero or less (or NaN) gives inf or NaN rewards, inf gives zeros.
+    epsilon = bounded_property(
+        "epsilon", "strictly positive and finite", lambda epsilon: 0 < epsilon < math.inf
+    )
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the statistics and the wrapper's arrays to ``path`` (msgpack with a checksum)."""
@@ -363,7 +370,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
     """
 
     _checkpointed: tuple[tuple[str, str], ...]
-    _returns_dtype: type
+    _returns_dtype: type[np.floating]
 
     def __init__(
         self,
@@ -376,7 +383,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         """Checks and records the hyperparameters, then wraps ``env`` in its declared layout."""
         self.gamma = gamma
         self.epsilon = epsilon
-        self._objectives = check_objectives(objectives)
+        self._objectives = checks.check_choice("objectives", objectives, ("each", "shared"))
         # The default is left out of the spec: a scalar wrapper's is Gymnasium's.
         options = {} if objectives == "each" else {"objectives": objectives}
         RecordConstructorArgs.__init__(self, gamma=gamma, epsilon=epsilon, **options)  # type: ignore[arg-type]  # a wrapper
@@ -393,19 +400,10 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         for attr, zeros in self._arrays(self._layout()).items():
             setattr(self, attr, zeros)
 
-    @property
-    def gamma(self) -> float:
-        """The discount factor of the tracked return, in [0, 1]."""
-        return self._gamma
-
-    @gamma.setter
-    def gamma(self, value) -> None:
-        gamma = real("gamma", value)
-        # The return is multiplied by gamma every step: above 1 it diverges (gamma=99,
-        # a typo for 0.99, overflows to inf), below 0 it flips sign every step.
-        if not 0 <= gamma <= 1:
-            raise InvalidBound(f"`gamma` should be in the interval [0, 1]. Received {value}")
-        self._gamma = gamma
+    _gamma: float
+    # The return is multiplied by gamma every step: above 1 it diverges (gamma=99, a typo for
+    # 0.99, overflows to inf), below 0 it flips sign every step.
+    gamma = bounded_property("gamma", "in the interval [0, 1]", lambda gamma: 0 <= gamma <= 1)
 
     @property
     def objectives(self) -> str:
@@ -543,19 +541,25 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         # Without a clip, r / s leaves NaN and +-inf rewards as they are: no pass-through needed.
         return formulas.scale_by_std(np, rewards, var, self._epsilon, None, False)
 
-    @property
-    def _returns(self) -> np.ndarray:
-        """The tracked returns: the first of the ``_checkpointed`` arrays."""
-        return getattr(self, self._checkpointed[0][1])
-
-    def _advance(self, rewards: np.ndarray, ends, cuts, active) -> np.ndarray:
-        """One step of the tracked returns (``rewards`` of their shape); the rewards scaled.
+    def _advance(self, returns: np.ndarray, rewards: np.ndarray, ends, cuts, active) -> np.ndarray:
+        """Advances the tracked ``returns`` in place (``rewards`` of their shape); rewards scaled.
 
         The flags and ``active`` (None: every environment) broadcast against the rewards.
         """
-        returns = self._returns
         valid = np.isfinite(rewards) if active is None else active & np.isfinite(rewards)
-        returns[...], _ = formulas.return_step(
+        returns[...], _ = self._return_step(
+            returns, rewards, ends, cuts, valid, active, self._learn_returns
+        )
+        return self._scaled(rewards)
+
+    def _return_step(self, returns, rewards, ends, cuts, valid, active, learn_returns):
+        """``(returns, statistics)`` after one step of this wrapper's return recurrence.
+
+        :func:`~rewardnorm_jax._src.stats.formulas.return_step` with the wrapper's statistics,
+        freeze flag, ``gamma`` and semantics: on arrays (:meth:`_advance`), or on Python numbers
+        for one environment's scalar reward, ``learn_returns`` merging its one return.
+        """
+        return formulas.return_step(
             np,
             returns,
             self._return_rms,  # the attribute: no property call per step
@@ -567,9 +571,8 @@ class Normalizer(HostStatistics, Generic[EnvT]):
             active,
             gamma=self._gamma,
             semantics=self._semantics,
-            learn_returns=self._learn_returns,
+            learn_returns=learn_returns,
         )
-        return self._scaled(rewards)
 
     def _learn_returns(self, rms, returns: np.ndarray, selected: np.ndarray):
         """Merges the selected returns, as carried, into ``rms``; returns ``rms``.
@@ -580,7 +583,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         ``np.var`` of ``acc[active]`` (NumPy's pairwise sums of a where-masked array round
         differently).
         """
-        carried = self._returns.dtype
+        carried = self._returns_dtype
         parts = [(rms, returns, selected)]
         if isinstance(rms, ObjectiveStats):  # the objectives on the last axis
             axes = np.moveaxis(returns, -1, 0), np.moveaxis(selected, -1, 0)
@@ -620,11 +623,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
                 value = check_returns(key, value, target.shape)
             arrays[attr] = np.asarray(value, target.dtype)
         self._use_layout(objective_shape, "the state holds returns of")
-        if isinstance(self.return_rms, RunningMeanStd):
-            self.return_rms.set_state(loaded.get_state())
-        else:  # a Gymnasium RunningMeanStd assigned by the user: its own attributes
-            rms = self.return_rms
-            rms.mean, rms.var, rms.count = loaded.mean, loaded.var, loaded.count
+        copy_stats(loaded, self._return_rms)  # in place: whoever shares return_rms sees them
         for attr, value in arrays.items():
             getattr(self, attr)[...] = value  # in place: references to the arrays stay live
 
@@ -634,9 +633,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         A wrapper that has not stepped yet takes the checkpoint's reward layout (one number or k
         objectives); one that has raises ValueError for another layout.
         """
-        objective_shape = saved_objective_shape(data)
-        if objective_shape is None:  # unreadable: load_state names the fault
-            objective_shape = self._layout()
+        objective_shape = saved_objective_shape(data, self._layout())
         self._check_layout(objective_shape, f"the checkpoint {source!r} holds")
         arrays = self._arrays(objective_shape)  # a fresh state_dict of the layout: the template
         state = {key: arrays[attr] for key, attr in self._checkpointed}

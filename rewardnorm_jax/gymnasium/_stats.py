@@ -103,11 +103,9 @@ class RunningMeanStd:
         count = self._reals("count", value)
         samples = np.round(count - PRIOR_COUNT)
         fits = (samples >= 0) & (samples < 2.0**64)
-        if not np.all(fits & np.isclose(samples + PRIOR_COUNT, count, rtol=1e-12, atol=0)):
-            raise ValueError(
-                "count should be a number of samples plus the prior weight 1e-4 "
-                f"(e.g. 10.0001), got count={value!r}."
-            )
+        exact = np.isclose(samples + PRIOR_COUNT, count, rtol=1e-12, atol=0)
+        expected = "a number of samples plus the prior weight 1e-4 (e.g. 10.0001)"
+        checks.refuse_where("count", count, ~(fits & exact), expected)
         moments = _plain_moments(self.mean, self.var * (samples + PRIOR_COUNT))
         self._set(moments, samples.astype(np.uint64))
 
@@ -136,8 +134,7 @@ class RunningMeanStd:
     @var.setter
     def var(self, value) -> None:
         var = self._reals("var", value)
-        if not np.all(var >= 0.0):
-            raise ValueError(f"var should be >= 0, got var={value!r}.")
+        checks.refuse_where("var", var, ~(var >= 0.0), "a variance >= 0")
         self._set(_plain_moments(self.mean, var * self.count), self._samples)
 
     @property
@@ -245,8 +242,8 @@ class RunningMeanStd:
         batch_var = (
             batch_var if floating and not self.shape else self._reals("batch_var", batch_var)
         )
-        if np.any(batch_var < 0):  # NaN passes: moments of overflowed returns saturate M
-            raise ValueError(f"batch_var should be >= 0, got batch_var={batch_var!r}.")
+        # NaN passes: moments of overflowed returns saturate M.
+        checks.refuse_where("batch_var", batch_var, batch_var < 0, "a variance >= 0")
         return (
             self._reals("batch_mean", batch_mean),
             batch_var,

@@ -116,7 +116,7 @@ class NormalizeReward(
         if rewards.ndim == 2:  # one flag per environment, for each of its objectives
             ends, cuts = ends[:, None], cuts[:, None]
             active = None if active is None else active[:, None]
-        scaled = self._advance(rewards, ends, cuts, active)
+        scaled = self._advance(self._accumulated_reward, rewards, ends, cuts, active)
         return obs, scaled, terminated, truncated, info
 
     def normalize(self, reward) -> np.ndarray:

@@ -426,7 +426,9 @@ def test_in_place_writes_to_discounted_reward_take_effect():
     env.discounted_reward = 2.5  # assignment copies into the wrapper's array
     assert env.discounted_reward.tolist() == [2.5]
     assert env.discounted_reward.dtype == np.float64
-    with pytest.raises(ValueError, match=r"discounted_reward should hold returns a run reaches"):
+    with pytest.raises(
+        ValueError, match=r"discounted_reward holds nan; expected a return that is not NaN"
+    ):
         env.discounted_reward = math.nan
     with pytest.raises(ValueError, match=r"discounted_reward should be .* shape \(1,\)"):
         env.discounted_reward = [1.0, 2.0]
@@ -531,7 +533,9 @@ def test_load_refuses_a_nan_tracked_return(tmp_path):
     state = env.state_dict()
     state["discounted_reward"] = np.array([math.nan])
     (tmp_path / "crafted").write_bytes(rn.save_state(state, env._checkpoint_metadata()))
-    with pytest.raises(ValueError, match=r"discounted_reward should hold returns a run reaches"):
+    with pytest.raises(
+        ValueError, match=r"discounted_reward holds nan; expected a return that is not NaN"
+    ):
         env.load(tmp_path / "crafted")
 
 
@@ -673,6 +677,15 @@ def test_assigned_returns_must_be_real_numbers(value, message):
     with pytest.raises(ValueError, match=message):
         env.discounted_reward = value
     assert env.discounted_reward.tolist() == [0.0]
+
+
+def test_assigned_moments_out_of_range_are_refused_naming_the_value():
+    rms = RunningMeanStd()
+    with pytest.raises(ValueError, match=r"var holds -1\.0; expected a variance >= 0"):
+        rms.var = -1.0
+    with pytest.raises(ValueError, match=r"count holds 10\.5; expected a number of samples plus"):
+        rms.count = 10.5
+    assert rms.get_state() == RunningMeanStd().get_state()
 
 
 def test_statistics_refuse_values_that_are_not_real_numbers():

@@ -405,7 +405,9 @@ def test_load_refuses_crafted_values_and_keeps_the_arrays_live(tmp_path):
     state = envs.state_dict()
     state["accumulated_reward"] = np.array([1.0, np.nan], np.float32)
     (tmp_path / "nan").write_bytes(save_state(state, envs._checkpoint_metadata()))
-    with pytest.raises(ValueError, match=r"accumulated_reward should hold returns a run reaches"):
+    with pytest.raises(
+        ValueError, match=r"accumulated_reward holds nan; expected a return that is not NaN"
+    ):
         envs.load(tmp_path / "nan")
     state = envs.state_dict()
     state["return_rms"].moments[2] = -2.0  # m2
@@ -449,13 +451,15 @@ def test_assigned_returns_are_checked_and_copied_in():
     assert envs.accumulated_reward is live
     assert live.dtype == np.float32
     assert live.tolist() == [0.5, 1.0, 2.0]
-    with pytest.raises(ValueError, match=r"accumulated_reward should hold returns a run reaches"):
+    with pytest.raises(
+        ValueError, match=r"accumulated_reward holds nan; expected a return that is not NaN"
+    ):
         envs.accumulated_reward = np.array([0.0, np.nan, 0.0])
     envs.accumulated_reward = np.array([0.0, np.inf, 0.0])  # an overflowed return, as runs reach
     assert live.tolist() == [0.0, math.inf, 0.0]
     with pytest.raises(ValueError, match=r"accumulated_reward should be .* shape \(3,\)"):
         envs.accumulated_reward = np.zeros(4)
-    with pytest.raises(ValueError, match="batch_var should be >= 0"):
+    with pytest.raises(ValueError, match=r"batch_var holds -1\.0; expected a variance >= 0"):
         envs.return_rms.update_from_moments(0.0, -1.0, 3)
 
 

@@ -300,7 +300,10 @@ def test_single_env_each_objective_is_the_scalar_wrapper_bit_for_bit():
 
 
 def test_objectives_must_be_each_or_shared():
-    with pytest.raises(ValueError, match=r"objectives should be 'each' .* or 'shared' .*"):
+    with pytest.raises(
+        ValueError,
+        match=r"objectives should be one of 'each', 'shared', got objectives='per_objective'\.",
+    ):
         NormalizeReward(ScriptedEnv([]), objectives="per_objective")
     with pytest.raises(ValueError, match="got objectives=None"):
         vector.NormalizeReward(ScriptedVectorEnv(np.zeros((1, 2))), objectives=None)  # type: ignore[arg-type]  # deliberately invalid
