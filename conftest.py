@@ -8,12 +8,21 @@ The nox sessions share the suite (``noxfile.py``): ``--families-only`` keeps
 the families' tests (``tests/core``, ``stats``, ``reward``, ``value``,
 ``llm``, ``observation``) and the Gymnasium adapter's; ``--leave-families-to
 EXTRAS`` leaves out the families' tests that need no extra beyond ``EXTRAS``
-(those run where ``--families-only`` runs), but the contract tests, which
-every session runs. A test's extras are read from its file's top-level
-imports and its ``requires`` markers: a test that needs an extra says so
-there (``@pytest.mark.requires``), never by an import inside its body.
+(those run where ``--families-only`` runs), but the contract tests, of which
+it keeps the cases of each contract module's ``REPRESENTATIVES`` (one entry
+per family, or per kind of reward transform: every promise at both ends of
+the supported versions, every entry at the newest). A test's extras are read
+from its file's top-level imports and its ``requires`` markers: a test that
+needs an extra says so there (``@pytest.mark.requires``), never by an import
+inside its body.
+
+Files holding a test marked ``slow`` run first, then the others by their
+number of tests (``pytest-xdist``'s order, which the sessions turn off with
+``--no-loadscope-reorder``): the long single tests start while the many short
+ones can still fill the other workers, instead of ending the run on one.
 """
 
+import collections
 import functools
 import pathlib
 
@@ -23,7 +32,7 @@ from tests._extras import extras_needed, imported_modules, missing_reason
 
 ROOT = pathlib.Path(__file__).parent
 FAMILIES = ("core", "stats", "reward", "value", "llm", "observation")  # folders of tests/
-CONTRACTS = ("test_family_contract.py", "test_transform_contract.py")  # run in every session
+CONTRACTS = ("test_family_contract.py", "test_transform_contract.py")  # in every session
 
 
 class NeedsExtra(pytest.File):
@@ -111,9 +120,35 @@ def _kept(item, config) -> bool:
     if config.getoption("families_only"):
         return _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
     left_to = config.getoption("leave_families_to")
-    if left_to is None or not _in_families(path) or path.name in CONTRACTS:
+    if left_to is None or not _in_families(path):
         return True
+    if path.name in CONTRACTS:
+        return _representative(item)
     return not _extras_of(item) <= set(left_to.split(","))
+
+
+def _representative(item) -> bool:
+    """Whether a contract test case takes no registry entry beyond its module's representatives.
+
+    A contract module names its registry's entries in ``REGISTRY`` and the few that stand for
+    the rest in ``REPRESENTATIVES``; a case parametrized by other entries is left out.
+    """
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return True
+    module = item.module
+    entries = [value for value in callspec.params.values() if isinstance(value, str)]
+    return all(value in module.REPRESENTATIVES for value in entries if value in module.REGISTRY)
+
+
+def _in_run_order(items: list) -> list:
+    """``items``, files with a ``slow`` test first, then files with the most tests first.
+
+    The sort is stable: a file's tests stay together and in their order.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    counts = collections.Counter(item.path for item in items)
+    return sorted(items, key=lambda item: (item.path not in slow, -counts[item.path]))
 
 
 def pytest_ignore_collect(collection_path: pathlib.Path, config):
@@ -126,9 +161,9 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Keeps the tests of this session's share of the suite."""
+    """Keeps the tests of this session's share of the suite, in run order."""
     kept = [item for item in items if _kept(item, config)]
     if len(kept) < len(items):
         chosen = set(map(id, kept))
         config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
-        items[:] = kept
+    items[:] = _in_run_order(kept)

@@ -17,9 +17,10 @@
   Markdown table rendered as a table (the pages' examples run in ``full``, each alone).
 
 Each test runs once, in the session that has what it needs, but for the contract tests
-(every family's promises under jit, vmap, scan, grad and export) and the Gymnasium
-adapter's (Gymnasium 1.3 and 1.4), which run at both ends of the supported versions; see
-``conftest.py``. Sessions install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
+(every family's promises under jit, vmap, scan, grad and export: every entry in ``newest``,
+each family's representatives in ``full``) and the Gymnasium adapter's (Gymnasium 1.3 and
+1.4), which run at both ends of the supported versions; see ``conftest.py``. Sessions
+install with uv (``pip install nox uv``); ``nox -s newest`` runs one.
 """
 
 import glob
@@ -38,7 +39,8 @@ PROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = nox.project.python_versions(PROJECT)  # from the trove classifiers
 OLDEST, NEWEST = PYTHONS[0], PYTHONS[-1]
 NEWEST_EXTRAS = "gymnasium,dev"  # what `newest` installs: the families' tests need no more
-# -rs: each skip with its reason; -n: one worker per core (at most 4), a file per worker.
+# -rs: each skip with its reason; -n: one worker per core (at most 4), a file per worker, the
+# files in conftest.py's order (slow ones first).
 PYTEST = (
     "pytest",
     "-q",
@@ -48,6 +50,7 @@ PYTEST = (
     "auto",
     "--maxprocesses=4",
     "--dist=loadfile",
+    "--no-loadscope-reorder",
 )
 
 
@@ -73,19 +76,26 @@ def find_pyenv_pythons() -> None:
 find_pyenv_pythons()
 
 
-def compilation_cache(session: nox.Session) -> dict[str, str]:
-    """JAX's persistent compilation cache in an empty folder of the session, for its tests.
+def caches(session: nox.Session) -> dict[str, str]:
+    """Compiled code kept for the session's tests, in empty folders of its environment.
 
     Tests and the interpreters they start (pages' examples, the demo, the
-    multi-device workers) compile many identical programs; each is compiled
-    once per run and loaded after. The folder starts empty on every run.
+    multi-device workers) import the same modules and compile many identical
+    programs: JAX's persistent compilation cache compiles each program once
+    per run and loads it after, and Python's bytecode cache (under
+    ``PYTHONPYCACHEPREFIX``, written even where ``PYTHONDONTWRITEBYTECODE``
+    is set outside) compiles each imported module once. Both folders start
+    empty on every run.
     """
-    cache = pathlib.Path(session.virtualenv.location).resolve() / "jax-cache"
-    shutil.rmtree(cache, ignore_errors=True)
+    root = pathlib.Path(session.virtualenv.location).resolve()
+    for folder in ("jax-cache", "pycache"):
+        shutil.rmtree(root / folder, ignore_errors=True)
     return {
-        "JAX_COMPILATION_CACHE_DIR": str(cache),
+        "JAX_COMPILATION_CACHE_DIR": str(root / "jax-cache"),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",  # no minimum size
+        "PYTHONDONTWRITEBYTECODE": "",  # empty: bytecode is written
+        "PYTHONPYCACHEPREFIX": str(root / "pycache"),
     }
 
 
@@ -103,14 +113,14 @@ def full(session: nox.Session) -> None:
     """Every extra, at the lowest supported JAX and Gymnasium; what `newest` cannot run."""
     session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
     leave = ("--leave-families-to", NEWEST_EXTRAS)
-    session.run(*PYTEST, *leave, *session.posargs, env=compilation_cache(session))
+    session.run(*PYTEST, *leave, *session.posargs, env=caches(session))
 
 
 @nox.session(python=NEWEST)
 def newest(session: nox.Session) -> None:
     """The newest JAX, Flax and Gymnasium, without gymnax; the families' tests."""
     session.install("-e", f".[{NEWEST_EXTRAS}]", "jax>=0.12", "gymnasium>=1.4")
-    session.run(*PYTEST, "--families-only", *session.posargs, env=compilation_cache(session))
+    session.run(*PYTEST, "--families-only", *session.posargs, env=caches(session))
 
 
 @nox.session(python=OLDEST)

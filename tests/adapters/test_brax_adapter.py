@@ -192,6 +192,7 @@ def test_a_wrapper_that_cannot_see_truncations_refuses_semantics_that_reset_at_t
     assert rnb.get_transform_state(state).ret.shape == (3,)
 
 
+@pytest.mark.slow
 def test_brax_sac_trains_on_normalized_rewards_and_evaluates_raw_returns():
     """Brax's own SAC through ``wrap_env_fn``: every step it stored was normalized as the core.
 

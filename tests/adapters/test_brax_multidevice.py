@@ -47,6 +47,7 @@ def run():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_brax_ppo_on_two_devices_merges_statistics_as_one_device(run):
     assert run["device_count"] == run["devices_recorded"] == 2
     assert run["shape"] == [200, 8]  # 200 steps of 8 environments, 4 per device

@@ -10,6 +10,7 @@ and goes into Brax SAC's critic loss.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from brax import envs as brax_envs
 from brax.training import acting, replay_buffers
 from brax.training.agents.sac import losses as sac_losses
@@ -57,6 +58,7 @@ def sac_parts(env):
     return policy, buffer, critic_loss
 
 
+@pytest.mark.slow
 def test_replay_rewards_are_normalized_when_sampled_with_the_collection_statistics():
     norm = rn.normalize_reward(GAMMA, EPSILON, semantics="purejaxrl", g_max=G_MAX)
     pendulum = brax_envs.get_environment("inverted_pendulum", backend="positional")

@@ -3,6 +3,7 @@
 import functools
 
 import numpy as np
+import pytest
 from brax.training.agents.ppo import networks as ppo_networks
 from brax.training.agents.ppo import train as ppo
 from mujoco_playground import registry, wrapper
@@ -16,6 +17,7 @@ EPISODE_LENGTH = 40
 FLOAT32_ULP = float(np.finfo(np.float32).eps)
 
 
+@pytest.mark.slow
 def test_brax_ppo_trains_cartpole_balance_on_normalized_rewards_and_evaluates_raw():
     """Playground's own wrapping (``wrap_for_brax_training``) inside ``wrap_env_fn``.
 

@@ -289,7 +289,9 @@ ENTRIES = {
     "scaled_support:std": scaled("std"),
     "scaled_support:ret_abs_max:tasks": scaled("ret_abs_max", num_tasks=3),
 }
-# One entry per family crosses the input dtypes.
+REGISTRY = ENTRIES
+# One entry per family crosses the input dtypes, and stands for the family at the oldest
+# supported versions (conftest.py).
 REPRESENTATIVES = (
     "group:grpo",
     "masked_whiten:exact",

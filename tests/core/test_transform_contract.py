@@ -305,6 +305,17 @@ CONFIGURED = {
     "popart per task": lambda: rn.popart(None, num_tasks=3),
 }
 
+REGISTRY = CONFIGURED
+# The entries that stand for the rest at the oldest supported versions (conftest.py): shared
+# and per-environment normalizers, the other statistics, a chain and PopArt.
+REPRESENTATIVES = (
+    "normalize_reward(decay=None, shared=True, g_max=None)",
+    "normalize_reward(decay=0.9, shared=False, g_max=10.0)",
+    "center_reward",
+    "chain",
+    "popart per task",
+)
+
 
 @pytest.mark.parametrize("name", sorted(CONFIGURED))
 def test_every_configuration_is_frozen_and_describes_itself(name):

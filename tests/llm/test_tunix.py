@@ -132,6 +132,7 @@ class Prompts(grain.RandomAccessDataSource):
         return 8
 
 
+@pytest.mark.slow
 def test_a_grpo_learner_trains_with_the_library_estimator():
     vocab = test_common.MockVocab()
     config = test_common.ModelConfig(vocab_size=vocab.GetPieceSize())
