@@ -5,7 +5,8 @@
   (gymnax, which needs JAX < 0.12 and Gymnasium < 1.4; Brax's trainers and
   MuJoCo Playground, which need JAX < 0.10): the adapters, the pages'
   examples, notebooks, demo and benchmark smoke tests, the doctests, the
-  families' tests that need an extra, and the contract tests.
+  families' tests that need an extra, and the contract tests; XLA compiles
+  them with its backend optimizations turned down (``QUICK_COMPILE``).
 * ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax: the
   families' tests (core, statistics, reward transforms, value targets,
   language models, observations), the contract tests and the Gymnasium
@@ -99,6 +100,15 @@ def caches(session: nox.Session) -> dict[str, str]:
     }
 
 
+# full's tests compile far more than they run (a few steps of each framework's programs, Brax's
+# trainers, the pages' examples): XLA's backend spends less time optimizing the machine code,
+# about a quarter of their CPU time. Results move by an ulp or so (no fused multiply-adds),
+# within every tolerance; the families' exact numbers are checked at XLA's defaults in newest.
+QUICK_COMPILE = {
+    "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+}
+
+
 @nox.session(python=OLDEST)
 def lint(session: nox.Session) -> None:
     """Formatting (ruff format --check), lint (ruff check), types (mypy; every extra installed)."""
@@ -113,7 +123,7 @@ def full(session: nox.Session) -> None:
     """Every extra, at the lowest supported JAX and Gymnasium; what `newest` cannot run."""
     session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
     leave = ("--leave-families-to", NEWEST_EXTRAS)
-    session.run(*PYTEST, *leave, *session.posargs, env=caches(session))
+    session.run(*PYTEST, *leave, *session.posargs, env={**caches(session), **QUICK_COMPILE})
 
 
 @nox.session(python=NEWEST)
