@@ -52,9 +52,9 @@ class NormalizeReward(_common.Normalizer[gym.Env], gym.Wrapper, gym.utils.Record
     ``return_rms`` is a :class:`RunningMeanStd` (a Gymnasium one assigned to it works too). A
     NaN or infinite reward passes through but never enters the return or the statistics. A
     reward that is not real (a complex number, a string), or a flag that is not a bool or a
-    number, raises ValueError; an invalid ``gamma`` or ``epsilon`` raises
-    :class:`gymnasium.error.InvalidBound`, as in Gymnasium 1.4.0. Vector version:
-    :class:`rewardnorm_jax.gymnasium.vector.NormalizeReward`.
+    number, raises TypeError (a reward or flag of the wrong shape ValueError); an invalid
+    ``gamma`` or ``epsilon`` raises :class:`gymnasium.error.InvalidBound`, as in Gymnasium
+    1.4.0. Vector version: :class:`rewardnorm_jax.gymnasium.vector.NormalizeReward`.
 
     A vector reward of k objectives (MO-Gymnasium's, shape ``(k,)``) is normalized objective by
     objective: :math:`G_i \leftarrow \gamma G_i (1 - \text{terminated}) + r_i` and
@@ -120,7 +120,7 @@ class NormalizeReward(_common.Normalizer[gym.Env], gym.Wrapper, gym.utils.Record
             isinstance(reward, _REAL_SCALARS)
             and isinstance(terminated, _REAL_SCALARS)
             and isinstance(truncated, _REAL_SCALARS)
-        ):  # 0-d arrays pass; anything else raises a ValueError naming the output at fault
+        ):  # 0-d arrays pass; anything else raises an error naming the output at fault
             rewards, ends, cuts = _common.step_arrays((), reward, terminated, truncated)
             self._use_layout(rewards.shape, "the environment returned a reward of")
             if rewards.shape:  # one return per objective, a batch of one environment

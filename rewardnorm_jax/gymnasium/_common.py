@@ -22,26 +22,6 @@ from rewardnorm_jax._src.stats import formulas
 from rewardnorm_jax.gymnasium._stats import ObjectiveStats, RunningMeanStd, real
 
 
-def real_array(name: str, value, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """``value`` as an array of a bool, integer or floating dtype (and ``shape``), or a ValueError.
-
-    Complex numbers (their imaginary part would be dropped), strings (``"False"`` is truthy) and
-    other objects are refused, and so is one flag for all sub-environments.
-    """
-    array = np.asarray(value)
-    if shape is not None and array.shape != shape:
-        expected = f"{shape}, one per sub-environment" if shape else "() (one number)"
-        raise ValueError(
-            f"the environment returned {name} of shape {array.shape}; expected {expected}."
-        )
-    if array.dtype.kind not in "biuf":
-        raise ValueError(
-            f"{name} should hold real numbers (a bool, integer or floating dtype), got "
-            f"{name}={value!r} of dtype {array.dtype}."
-        )
-    return array
-
-
 def _is_layout(reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
     """Whether a reward of ``reward_shape`` is one number or one k-vector (k >= 1) per ``shape``."""
     return reward_shape == shape or (reward_shape[:-1] == shape and reward_shape[-1] > 0)
@@ -50,8 +30,12 @@ def _is_layout(reward_shape: tuple[int, ...], shape: tuple[int, ...]) -> bool:
 def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
     """A step's rewards (float64) and episode flags (bool, true where nonzero) of ``shape``.
 
-    The rewards have ``shape``, or ``shape + (k,)`` for a vector of k objectives; other
-    shapes raise ValueError.
+    The rewards have ``shape``, or ``shape + (k,)`` for a vector of k objectives, and each flag
+    has ``shape`` (one flag per sub-environment); other shapes raise ValueError. Rewards that
+    are not real numbers (complex numbers, strings, objects) and flags that are neither bools
+    nor numbers (``"False"`` is truthy) raise TypeError: the core's
+    :func:`~rewardnorm_jax._src.core.checks.check_reward` and
+    :func:`~rewardnorm_jax._src.core.checks.check_flag`.
     """
     rewards, ends, cuts = np.asarray(reward), np.asarray(terminated), np.asarray(truncated)
     if not (  # the common case, checked at once: real rewards, boolean flags, one layout
@@ -61,16 +45,21 @@ def step_arrays(shape: tuple[int, ...], reward, terminated, truncated):
         and ends.dtype.kind == cuts.dtype.kind == "b"
     ):
         name = "rewards" if shape else "reward"
-        rewards = real_array(name, reward)
+        checks.check_reward(name, reward)
+        each = ", one per sub-environment" if shape else ""
         if not _is_layout(rewards.shape, shape):
-            each = ", one per sub-environment" if shape else ""
             objectives = f"({', '.join(map(str, shape))}, k)" if shape else "(k,)"
             raise ValueError(
                 f"the environment returned {name} of shape {rewards.shape}; expected {shape} "
                 f"(one number{each}) or {objectives} (a vector of k >= 1 objectives{each})."
             )
-        ends = real_array("terminated", terminated, shape) != 0
-        cuts = real_array("truncated", truncated, shape) != 0
+        for flag, value in (("terminated", terminated), ("truncated", truncated)):
+            if np.shape(checks.check_flag(flag, value)) != shape:
+                raise ValueError(
+                    f"the environment returned {flag} of shape {np.shape(value)}; expected "
+                    f"{shape} (one flag{each})."
+                )
+        ends, cuts = ends != 0, cuts != 0
     return rewards.astype(np.float64, copy=False), ends, cuts
 
 
@@ -79,16 +68,15 @@ def check_returns(name: str, value, shape: tuple[int, ...]) -> np.ndarray:
 
     A return past float64's range is ``inf`` (a run reaches it, and keeps it until its
     episode ends); NaN is refused, since no step produces it: the core's
-    :func:`~rewardnorm_jax._src.core.checks.check_return`, as for a JAX state.
+    :func:`~rewardnorm_jax._src.core.checks.check_return`, as for a JAX state. A value that
+    is not real numbers raises TypeError (:func:`~rewardnorm_jax._src.core.checks.check_reward`),
+    another shape ValueError.
     """
-    try:
-        array = np.broadcast_to(real_array(name, value).astype(np.float64), shape)
-    except ValueError as error:
-        raise ValueError(
-            f"{name} should be a number or an array of shape {shape}, got {value!r}."
-        ) from error
+    array = np.asarray(checks.check_reward(name, value), np.float64)
+    if checks.broadcast_shape(array.shape, shape) != shape:
+        raise ValueError(f"{name} should be a number or an array of shape {shape}, got {value!r}.")
     checks.check_return(array, name)
-    return array
+    return np.broadcast_to(array, shape)
 
 
 def returns_property(name: str, kind: str) -> Any:
@@ -109,12 +97,14 @@ def clip_function(min_reward, max_reward, num_envs: int | None):
     """``numpy.clip`` to the bounds, after Gymnasium's ``ClipReward`` checks (and ours).
 
     With ``num_envs`` (a vector environment), a bound is a number or one per sub-environment.
+    A bound that is not real numbers raises TypeError
+    (:func:`~rewardnorm_jax._src.core.checks.check_reward`).
     """
     if min_reward is None and max_reward is None:
         raise InvalidBound("Both `min_reward` and `max_reward` cannot be None")
     for name, bound in (("min_reward", min_reward), ("max_reward", max_reward)):
         # numpy.clip returns NaN wherever a bound is NaN: every reward would be lost.
-        if bound is not None and np.any(np.isnan(real_array(name, bound))):
+        if bound is not None and np.any(np.isnan(checks.check_reward(name, bound))):
             raise InvalidBound(f"`{name}` should not be NaN. Received {bound}")
         if num_envs is not None and np.shape(bound) not in ((), (num_envs,)):
             raise ValueError(
@@ -165,19 +155,19 @@ def saved_objective_shape(data: bytes, unreadable: tuple[int, ...]) -> tuple[int
     """The objective axes a wrapper's checkpoint records, ``unreadable`` where it records none.
 
     ``(k,)`` for ``num_objectives = k`` in its metadata, ``()`` without (a scalar reward). An
-    unreadable checkpoint (or ``num_objectives`` that is not an integer >= 1) gives
+    unreadable checkpoint, or a ``num_objectives`` that the core's
+    :func:`~rewardnorm_jax._src.core.checks.check_count` refuses (not an integer >= 1), gives
     ``unreadable``, the loading wrapper's layout: :func:`~rewardnorm_jax.load_state` then says
     what is wrong, against that template.
     """
     try:
         body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
         num_objectives = body["metadata"].get("num_objectives")
-    except Exception:  # noqa: BLE001  (any malformed input: load_state reports it in full)
+        if num_objectives is None:
+            return ()
+        return (checks.check_count("num_objectives", num_objectives, minimum=1),)
+    except Exception:  # noqa: BLE001  (malformed input, or no count: load_state reports it)
         return unreadable
-    if num_objectives is None:
-        return ()
-    valid = type(num_objectives) is int and num_objectives >= 1
-    return (num_objectives,) if valid else unreadable
 
 
 def wrapper_stack(env) -> Iterator[Any]:
@@ -209,9 +199,6 @@ def declared_objective_shape(env) -> tuple[int, ...] | None:
     return None
 
 
-_STATS_ATTRIBUTES = ("mean", "var", "count", "update_from_moments")
-
-
 def stats_shape(value) -> tuple[int, ...] | None:
     """The shape of running statistics, or None for a value that is not running statistics.
 
@@ -219,7 +206,7 @@ def stats_shape(value) -> tuple[int, ...] | None:
     k objectives: ``(k,)``) and for any other object with ``mean``, ``var``, ``count`` and
     ``update_from_moments`` (Gymnasium's ``RunningMeanStd``, SB3's).
     """
-    if all(hasattr(value, name) for name in _STATS_ATTRIBUTES):
+    if all(hasattr(value, name) for name in ("mean", "var", "count", "update_from_moments")):
         return np.shape(value.mean)
     return None
 
@@ -234,6 +221,11 @@ def describe_stats(value) -> str:
     return f"{value!r} (a {type(value).__name__}, not running statistics)"
 
 
+def new_stats(shape: tuple[int, ...], objectives: bool = True) -> RunningMeanStd:
+    """Fresh statistics of ``shape``: an :class:`ObjectiveStats` for ``(k,)`` if ``objectives``."""
+    return ObjectiveStats(*shape) if objectives and len(shape) == 1 else RunningMeanStd(shape)
+
+
 def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
     """Running statistics as this library's: its own as they are, another's as a copy.
 
@@ -242,11 +234,9 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
     and with ``objectives``, an :class:`ObjectiveStats` (so does this library's of that shape),
     column i the statistics of objective i.
     """
-    shape = np.shape(rms.mean)
-    per_objective = objectives and len(shape) == 1
-    if isinstance(rms, ObjectiveStats if per_objective else RunningMeanStd):
+    stats = new_stats(np.shape(rms.mean), objectives)  # the kind and shape it should have
+    if isinstance(rms, type(stats)):
         return rms
-    stats = ObjectiveStats(*shape) if per_objective else RunningMeanStd(shape)
     try:
         copy_stats(rms, stats)
     except ValueError as error:
@@ -306,10 +296,8 @@ class HostStatistics:
 
     @update_running_mean.setter
     def update_running_mean(self, setting: bool | np.bool_) -> None:
-        # A string ("False" is truthy) or an array would freeze nothing, or be ambiguous.
-        if not isinstance(setting, (bool, np.bool_)):
-            raise ValueError(f"update_running_mean should be True or False, got {setting!r}.")
-        self._update_running_mean = bool(setting)
+        # Bools only (TypeError otherwise): "False" is truthy, an array of flags ambiguous.
+        self._update_running_mean = checks.check_bool("update_running_mean", setting)
 
     _epsilon: float
     # epsilon is added to the variance under the square root to keep the division away from
@@ -320,7 +308,8 @@ class HostStatistics:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the statistics and the wrapper's arrays to ``path`` (msgpack with a checksum)."""
-        data = checkpoint.save_state(self.state_dict(), self._checkpoint_metadata())
+        state = self.state_dict()
+        data = checkpoint.save_state(state, self._checkpoint_metadata(state))
         pathlib.Path(path).write_bytes(data)
 
     def load(self, path: str | os.PathLike) -> None:
@@ -335,8 +324,8 @@ class HostStatistics:
         template, metadata = self._load_target(data, os.fspath(path))
         self.load_state_dict(checkpoint.load_state(template, data, metadata))
 
-    def _checkpoint_metadata(self) -> dict[str, Any]:
-        """What a checkpoint records beside the state: the wrapper's class and ``epsilon``."""
+    def _checkpoint_metadata(self, state: dict[str, Any]) -> dict[str, Any]:
+        """What a checkpoint records beside ``state``: the wrapper's class and ``epsilon``."""
         cls = type(self)
         return {"wrapper": f"{cls.__module__}.{cls.__qualname__}", "epsilon": self.epsilon}
 
@@ -351,11 +340,13 @@ class Normalizer(HostStatistics, Generic[EnvT]):
     ``metadata["autoreset_mode"]`` (NEXT_STEP if missing) decides the return's semantics, a
     single environment's are Gymnasium's. Out-of-range hyperparameters raise
     :class:`gymnasium.error.InvalidBound` with Gymnasium 1.4.0's messages (1.3.0 accepted them
-    silently), other values ValueError, whenever they are set. ``gamma`` and ``epsilon`` are
-    stored as Python floats: a NumPy scalar computes exactly as the Python float of the same
-    value. Subclasses name their per-environment arrays in ``_checkpointed``: pairs of (key in
-    the file, attribute holding the array), the tracked returns first (of ``_returns_dtype``,
-    with the objective axes of a vector reward), then the episode flags (bool).
+    silently), other values ValueError (``objectives``, ``gamma`` and ``epsilon``) or
+    TypeError (``update_running_mean``, which takes a bool), whenever they are set. ``gamma``
+    and ``epsilon`` are stored as Python floats: a NumPy scalar computes exactly as the Python
+    float of the same value. Subclasses name their per-environment arrays in ``_checkpointed``:
+    pairs of (key in the file, attribute holding the array), the tracked returns first (of
+    ``_returns_dtype``, with the objective axes of a vector reward), then the episode flags
+    (bool).
 
     The reward's layout (one number, or a vector of k objectives, per environment) is set by the
     first step or a loaded checkpoint, whichever comes first: a vector reward gets returns with a
@@ -431,8 +422,10 @@ class Normalizer(HostStatistics, Generic[EnvT]):
 
     @return_rms.setter
     def return_rms(self, value) -> None:
-        shape = stats_shape(value)
-        if shape is None or not self._may_hold(shape):
+        shape, layout = stats_shape(value), self._known_layout()
+        if layout is None:  # not known yet: statistics fit the layout they would serve
+            layout = shape if shape is not None and _is_layout(shape, ()) else ()
+        if shape is None or shape != self._stats_shape(layout):
             raise ValueError(
                 f"return_rms should be {self._valid_stats(self._known_layout())}; got "
                 f"{describe_stats(value)}."
@@ -440,14 +433,6 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         if shape:
             value = own_stats(value)
         self._return_rms, self._rms_assigned = value, True
-
-    def _may_hold(self, shape: tuple[int, ...]) -> bool:
-        """Whether statistics of ``shape`` fit the layout set or declared, else some layout."""
-        layout = self._known_layout()
-        if layout is not None:
-            return shape == self._stats_shape(layout)
-        per_objective = self._objectives == "each" and len(shape) == 1 and shape[0] >= 1
-        return shape == () or per_objective
 
     def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:
         """What ``return_rms`` may be for a layout (None: not known yet), for an error message."""
@@ -504,7 +489,9 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         """``return_rms`` if it fits the layout, fresh statistics for an untouched default.
 
         The default is untouched while it equals the statistics :meth:`__init__` gave it (the
-        prior, of the declared layout): nothing merged, set or loaded.
+        prior, of the declared layout): nothing merged, set or loaded. Other statistics that do
+        not fit (assigned ones) raise ValueError naming them, ``source`` (a step, a loaded state,
+        ``save``) and what is valid.
         """
         rms = self._return_rms
         if stats_shape(rms) == self._stats_shape(objective_shape):
@@ -524,8 +511,7 @@ class Normalizer(HostStatistics, Generic[EnvT]):
 
     def _new_stats(self, objective_shape: tuple[int, ...]):
         """Fresh statistics for a reward with these objective axes."""
-        stats_shape = self._stats_shape(objective_shape)
-        return ObjectiveStats(*stats_shape) if stats_shape else RunningMeanStd()
+        return new_stats(self._stats_shape(objective_shape))
 
     def _arrays(self, objective_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
         """Zeroed per-environment arrays for a layout, by attribute: returns gain its axes."""
@@ -583,27 +569,24 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         ``np.var`` of ``acc[active]`` (NumPy's pairwise sums of a where-masked array round
         differently).
         """
-        carried = self._returns_dtype
         parts = [(rms, returns, selected)]
         if isinstance(rms, ObjectiveStats):  # the objectives on the last axis
             axes = np.moveaxis(returns, -1, 0), np.moveaxis(selected, -1, 0)
             parts = list(zip(rms, *axes, strict=True))
         for stats, values, chosen in parts:
-            batch = np.asarray(values[chosen], carried)
+            batch = np.asarray(values[chosen], self._returns_dtype)  # as carried
             if batch.size:
                 stats.update_from_moments(*formulas.batch_moments(batch), batch.size)
         return rms
 
     def state_dict(self) -> dict[str, Any]:
-        """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies."""
-        expected, shape = self._stats_shape(self._layout()), np.shape(self.return_rms.mean)
-        if shape != expected:
-            raise ValueError(
-                f"return_rms should hold statistics of shape {expected} (the rewards' "
-                f"statistics), got a {type(self.return_rms).__name__} of shape {shape}."
-            )
+        """The statistics (a host :class:`~rewardnorm_jax.RunningStats`) and arrays, as copies.
+
+        Statistics assigned to ``return_rms`` that do not fit the layout raise ValueError.
+        """
+        rms = self._fitted_stats(self._layout(), "the wrapper saves returns of")
         arrays = {key: np.array(getattr(self, attr), copy=True) for key, attr in self._checkpointed}
-        return {"return_rms": own_stats(self.return_rms).stats, **arrays}
+        return {"return_rms": own_stats(rms).stats, **arrays}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restores :meth:`state_dict` bit-exactly, or raises ValueError (changing nothing).
@@ -638,14 +621,12 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         arrays = self._arrays(objective_shape)  # a fresh state_dict of the layout: the template
         state = {key: arrays[attr] for key, attr in self._checkpointed}
         template = {"return_rms": self._new_stats(objective_shape).stats, **state}
-        return template, self._checkpoint_metadata(objective_shape)
+        return template, self._checkpoint_metadata(template)
 
-    def _checkpoint_metadata(
-        self, objective_shape: tuple[int, ...] | None = None
-    ) -> dict[str, Any]:
-        """What a checkpoint records beside the state: class, hyperparameters, reward layout."""
-        objective_shape = self._layout() if objective_shape is None else objective_shape
-        metadata = {**HostStatistics._checkpoint_metadata(self), "gamma": self.gamma}
+    def _checkpoint_metadata(self, state: dict[str, Any]) -> dict[str, Any]:
+        """What a checkpoint records beside ``state``: class, hyperparameters, reward layout."""
+        objective_shape = np.shape(state[self._checkpointed[0][0]])[1:]  # the returns' axes
+        metadata = {**HostStatistics._checkpoint_metadata(self, state), "gamma": self.gamma}
         if objective_shape:  # a scalar reward's checkpoint keeps the layout it always had
             metadata.update(objectives=self._objectives, num_objectives=objective_shape[0])
         return metadata

@@ -6,13 +6,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces as gym_spaces
 
-from rewardnorm_jax.gymnasium._common import (
-    HostStatistics,
-    describe_stats,
-    own_stats,
-    real_array,
-    stats_shape,
-)
+from rewardnorm_jax._src.core import checks
+from rewardnorm_jax.gymnasium._common import HostStatistics, describe_stats, own_stats, stats_shape
 from rewardnorm_jax.gymnasium._stats import RunningMeanStd
 
 
@@ -65,7 +60,9 @@ class ObservationStatistics(HostStatistics):
         """Merges ``observations`` (``batch_shape`` + the feature shape) if learning; normalized."""
         rms = self._obs_rms
         name = "observations" if batch_shape else "observation"
-        x, expected = real_array(name, observations), (*batch_shape, *rms.shape)
+        x, expected = np.asarray(observations), (*batch_shape, *rms.shape)
+        if x.dtype.kind not in "biuf":  # not real numbers: the core's TypeError names them
+            checks.check_reward(name, observations)
         if x.shape != expected:
             raise ValueError(
                 f"the environment returned {name} of shape {x.shape}; expected {expected} "
@@ -86,4 +83,5 @@ class ObservationStatistics(HostStatistics):
 
     def _load_target(self, data: bytes, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """A fresh :meth:`state_dict` and this wrapper's metadata, to load a checkpoint into."""
-        return {"obs_rms": RunningMeanStd(self._obs_rms.shape).stats}, self._checkpoint_metadata()
+        template = {"obs_rms": RunningMeanStd(self._obs_rms.shape).stats}
+        return template, self._checkpoint_metadata(template)

@@ -1,6 +1,5 @@
 """Gymnasium's ``RunningMeanStd`` interface over the library's statistics, on the host."""
 
-import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -26,14 +25,14 @@ def real(name: str, value) -> float:
 
 
 def _count(name: str, value) -> int:
-    """A sample count: an integer (or integral float) in [0, 2^64 - 1], or a ValueError."""
-    integral = checks.is_real(value) and (  # a bool is not
-        isinstance(value, numbers.Integral) or float(value).is_integer()
-    )
-    samples = int(value) if integral else -1
-    if not 0 <= samples <= _MAX_SAMPLES:  # NaN and inf are not integers either
-        raise ValueError(f"{name} should be an integer in [0, 2**64 - 1], got {name}={value!r}.")
-    return samples
+    """A sample count: an integer (or integral float) in [0, 2^64 - 1].
+
+    The core's :func:`~rewardnorm_jax._src.core.checks.check_count`: TypeError for a value that
+    is not an integer (a bool, NaN, 2.5), ValueError for one out of range.
+    """
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)  # 3.0 samples are 3
+    return checks.check_count(name, value, minimum=0, maximum=_MAX_SAMPLES)
 
 
 def _plain_moments(mean, m2) -> np.ndarray:
@@ -149,13 +148,10 @@ class RunningMeanStd:
                 f"exponential moving statistics (decay={stats.decay}) have no sample "
                 f"count to convert; {type(self).__name__} holds equally weighted statistics."
             )
-        if np.shape(stats.mean) != self.shape:
-            held = f"shape {self.shape}"
-            if isinstance(self, ObjectiveStats):
-                held = f"{len(self)} objectives ({held})"
+        if np.shape(stats.mean) != self.shape:  # an ObjectiveStats of k objectives: (k,)
             raise ValueError(
-                f"{type(self).__name__} holds statistics of {held}, got statistics of shape "
-                f"{np.shape(stats.mean)}."
+                f"{type(self).__name__} holds statistics of shape {self.shape}, got statistics of "
+                f"shape {np.shape(stats.mean)}."
             )
         self._set(np.asarray(stats.moments, np.float64), rs.count_as_int(stats))
 
@@ -262,8 +258,9 @@ class RunningMeanStd:
         """Restores :meth:`get_state`'s dictionary (``mean_low`` and ``m2_low`` may be left out).
 
         Raises:
+          TypeError: for sample counts that are not integers.
           ValueError: for missing or unknown keys, values that are not real numbers (of
-            ``shape``), or statistics no merge produces.
+            ``shape``), counts out of range, or statistics no merge produces.
         """
         if not isinstance(state, Mapping):
             raise ValueError(f"state should be a mapping from get_state(), got {state!r}.")
@@ -356,11 +353,7 @@ class ObjectiveStats(RunningMeanStd):
     _shape_in_repr = False  # (k,): the lists show it
 
     def __init__(self, num_objectives: int):
-        if not (isinstance(num_objectives, numbers.Integral) and num_objectives >= 1):
-            raise ValueError(
-                f"num_objectives should be an integer >= 1, got num_objectives={num_objectives!r}."
-            )
-        super().__init__((int(num_objectives),))
+        super().__init__((checks.check_count("num_objectives", num_objectives, minimum=1),))
 
     def __len__(self) -> int:
         return self.shape[0]

@@ -18,7 +18,7 @@ from gymnasium.vector import (
 )
 from gymnasium.vector.utils import batch_space
 
-from rewardnorm_jax._src.core import base
+from rewardnorm_jax._src.core import base, checks
 from rewardnorm_jax.gymnasium import _common
 from rewardnorm_jax.gymnasium._observation import ObservationStatistics
 
@@ -128,7 +128,7 @@ class NormalizeReward(
         returns = self._accumulated_reward
         selected = np.isfinite(returns) & self._update_running_mean
         self._learn_returns(self.return_rms, returns, selected)
-        return self._scaled(_common.real_array("reward", reward).astype(np.float64))
+        return self._scaled(np.asarray(checks.check_reward("reward", reward), np.float64))
 
 
 class TransformReward(

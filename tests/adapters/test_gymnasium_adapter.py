@@ -7,6 +7,7 @@ changed only the constructor checks there, tested here from their messages).
 import copy
 import math
 import pickle
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -434,16 +435,33 @@ def test_in_place_writes_to_discounted_reward_take_effect():
         env.discounted_reward = [1.0, 2.0]
 
 
+RANGE = r" in \[0, 18446744073709551615\], got samples="  # check_count's ValueError
+
+
 @pytest.mark.parametrize(
-    "samples", [2**64, 10**400, 2.0**64, 1e30, -1, 2.5, None, True, "3", math.nan, math.inf]
+    ("samples", "error", "message"),
+    [
+        (2**64, ValueError, RANGE + r"18446744073709551616\."),
+        (10**400, ValueError, RANGE + "1000000000"),
+        (2.0**64, ValueError, RANGE + r"18446744073709551616\."),  # an integral float
+        (1e30, ValueError, RANGE + "1000000000000000019884"),
+        (-1, ValueError, RANGE + r"-1\."),
+        (2.5, TypeError, r", got samples=2\.5\."),
+        (None, TypeError, r", got samples=None\."),
+        (True, TypeError, r", got samples=True\."),
+        ("3", TypeError, r", got samples='3'\."),
+        (math.nan, TypeError, r", got samples=nan\."),
+        (math.inf, TypeError, r", got samples=inf\."),
+    ],
 )
-def test_set_state_rejects_counts_the_statistics_cannot_hold(samples):
+def test_set_state_rejects_counts_the_statistics_cannot_hold(samples, error, message):
     state = {"mean": 0.0, "m2": 1.0, "samples": samples}
-    with pytest.raises(ValueError, match="samples should be"):
+    with pytest.raises(error, match="samples should be an integer" + message):
         RunningMeanStd.from_state(state)
 
 
 def test_set_state_accepts_the_largest_count_and_converts_it():
+    assert RunningMeanStd.from_state({"mean": 0.0, "m2": 1.0, "samples": 3.0}).samples == 3
     rms = RunningMeanStd.from_state({"mean": 1.0, "m2": 2.0, "samples": 2**64 - 1})
     stats = rms.to_running_stats(np.float32)
     assert int(rn.count_as_int(stats)) == 2**64 - 1
@@ -519,7 +537,7 @@ def test_load_refuses_crafted_statistics_with_a_valid_checksum(tmp_path, field, 
     state = env.state_dict()
     moments = state["return_rms"].moments
     moments[("mean", "mean_low", "m2", "m2_low").index(field)] = value
-    data = rn.save_state(state, env._checkpoint_metadata())
+    data = rn.save_state(state, env._checkpoint_metadata(state))
     (tmp_path / "crafted").write_bytes(data)
     fresh = NormalizeReward(gym.make("CartPole-v1"))
     before = fresh.return_rms.get_state()
@@ -532,7 +550,7 @@ def test_load_refuses_a_nan_tracked_return(tmp_path):
     env = NormalizeReward(gym.make("CartPole-v1"))
     state = env.state_dict()
     state["discounted_reward"] = np.array([math.nan])
-    (tmp_path / "crafted").write_bytes(rn.save_state(state, env._checkpoint_metadata()))
+    (tmp_path / "crafted").write_bytes(rn.save_state(state, env._checkpoint_metadata(state)))
     with pytest.raises(
         ValueError, match=r"discounted_reward holds nan; expected a return that is not NaN"
     ):
@@ -574,13 +592,20 @@ def test_benchmark_script_runs_with_tiny_sizes(capsys):
     assert out.count("\n| 16 |") == 1
 
 
-@pytest.mark.parametrize("setting", ["no", 0, None, np.array([False])])
-def test_update_running_mean_takes_only_booleans(setting):
+@pytest.mark.parametrize(
+    ("setting", "given"),
+    [("no", "'no'"), (0, "0"), (None, "None"), (np.array([False]), r"array\(\[False\]\)")],
+)
+def test_update_running_mean_takes_only_booleans(setting, given):
     env = NormalizeReward(ScriptedEnv([(1.0, False, False)]))
-    with pytest.raises(ValueError, match="update_running_mean should be True or False"):
+    message = r"update_running_mean should be a bool, got update_running_mean=" + given + r"\."
+    with pytest.raises(TypeError, match=message):
         env.update_running_mean = setting
     env.update_running_mean = np.bool_(False)
     assert env.update_running_mean is False
+    # A 0-d bool array is taken too, as the core's check_bool takes it (the setter is typed bool).
+    env.update_running_mean = np.array(True)  # type: ignore[assignment]
+    assert env.update_running_mean is True
 
 
 def test_set_state_refuses_unknown_keys():
@@ -600,42 +625,49 @@ def test_clip_reward_refuses_nan_bounds(low, high):
         ClipReward(ScriptedEnv([]), low, high)
 
 
-# --- Hostile inputs: refused with a ValueError naming the value, never a silent wrong number ---
+# --- Hostile inputs: refused with an error naming the value, never a silent wrong number ---
+
+REAL = r"reward should hold real numbers \(a bool, integer or floating dtype\), got reward="
+FLAG = r" should be a boolean flag: a Python or NumPy bool, .* Got "
 
 
 @pytest.mark.parametrize(
-    ("reward", "message"),
+    ("reward", "error", "message"),
     [
-        (np.complex128(1 + 2j), "reward should hold real numbers .* dtype complex128"),
-        (1 + 2j, "reward should hold real numbers .* dtype complex128"),
-        ("1.0", "reward should hold real numbers .* dtype <U3"),
-        (None, "reward should hold real numbers .* dtype object"),
-        (np.ones((2, 2)), r"reward of shape \(2, 2\); expected \(\) \(one number\) or \(k,\)"),
-        (np.ones(0), r"reward of shape \(0,\); expected .* k >= 1 objectives"),
+        (np.complex128(1 + 2j), TypeError, REAL + r"np.complex128\(1\+2j\) \(of type complex128,"),
+        (1 + 2j, TypeError, REAL + r"\(1\+2j\) \(of type complex, dtype complex128\)"),
+        ("1.0", TypeError, REAL + r"'1.0' \(of type str, dtype <U3\)\."),
+        (None, TypeError, REAL + r"None \(of type NoneType\)\."),
+        (
+            np.ones((2, 2)),
+            ValueError,
+            r"reward of shape \(2, 2\); expected \(\) \(one number\) or \(k,\)",
+        ),
+        (np.ones(0), ValueError, r"reward of shape \(0,\); expected .* k >= 1 objectives"),
     ],
 )
-def test_rewards_that_are_not_one_real_number_are_refused(reward, message):
+def test_rewards_that_are_not_one_real_number_are_refused(reward, error, message):
     env = NormalizeReward(ScriptedEnv([(reward, False, False)]))
     env.reset()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         env.step(0)
     assert env.return_rms.samples == 0
 
 
 @pytest.mark.parametrize(
-    ("terminated", "truncated", "message"),
+    ("terminated", "truncated", "error", "message"),
     [
-        ("False", False, "terminated should hold real numbers .* got terminated='False'"),
-        (False, "False", "truncated should hold real numbers .* got truncated='False'"),
-        ([False], False, r"terminated of shape \(1,\)"),
-        (None, False, "terminated should hold real numbers"),
+        ("False", False, TypeError, "terminated" + FLAG + r"terminated='False' \(of type str"),
+        (False, "False", TypeError, "truncated" + FLAG + r"truncated='False' \(of type str"),
+        ([False], False, ValueError, r"terminated of shape \(1,\); expected \(\) \(one flag\)\."),
+        (None, False, TypeError, "terminated" + FLAG + r"terminated=None \(of type NoneType\)\."),
     ],
 )
-def test_flags_that_are_not_booleans_are_refused(terminated, truncated, message):
+def test_flags_that_are_not_booleans_are_refused(terminated, truncated, error, message):
     env = NormalizeReward(ScriptedEnv([(1.0, False, False), (1.0, terminated, truncated)]))
     env.reset()
     env.step(0)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         env.step(0)  # "False" is truthy: it would have reset the return
     assert env.discounted_reward[0] == 1.0
 
@@ -664,17 +696,21 @@ def test_numpy_scalars_0d_arrays_integers_and_bools_compute_as_python_floats():
         assert outputs[kind] == outputs["python"], kind
 
 
+RETURNS = r"discounted_reward should hold real numbers .* got discounted_reward="
+SHAPE = r"discounted_reward should be a number or an array of shape \(1,\), got "
+
+
 @pytest.mark.parametrize(
-    ("value", "message"),
+    ("value", "error", "message"),
     [
-        (1 + 1j, "discounted_reward should be a number or an array of shape"),
-        ("2.0", "discounted_reward should be a number or an array of shape"),
-        (np.array([1.0, math.nan]), r"discounted_reward should be .* shape \(1,\)"),
+        (1 + 1j, TypeError, RETURNS + r"\(1\+1j\) \(of type complex"),
+        ("2.0", TypeError, RETURNS + r"'2.0' \(of type str"),
+        (np.array([1.0, math.nan]), ValueError, SHAPE + r"array\(\[ 1., nan\]\)\."),
     ],
 )
-def test_assigned_returns_must_be_real_numbers(value, message):
+def test_assigned_returns_must_be_real_numbers(value, error, message):
     env = NormalizeReward(ScriptedEnv([]))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         env.discounted_reward = value
     assert env.discounted_reward.tolist() == [0.0]
 
@@ -700,7 +736,9 @@ def test_statistics_refuse_values_that_are_not_real_numbers():
             rms.update_from_moments(mean, 0.0, 1)
     with pytest.raises(ValueError, match="batch_var should be a real number"):
         rms.update_from_moments(1.0, "0", 1)
-    with pytest.raises(ValueError, match="batch_count should be an integer"):
+    with pytest.raises(
+        TypeError, match=r"batch_count should be an integer, got batch_count=True\."
+    ):
         rms.update_from_moments(1.0, 0.0, True)
     assert rms.get_state() == RunningMeanStd().get_state()
 
@@ -734,7 +772,8 @@ class CraftedPickle:
 
 @pytest.mark.parametrize("bound", [0.5 + 1j, "0"])
 def test_clip_bounds_must_be_real_numbers(bound):
-    with pytest.raises(ValueError, match="min_reward should hold real numbers"):
+    message = f"min_reward should hold real numbers .* got min_reward={re.escape(repr(bound))} "
+    with pytest.raises(TypeError, match=message):
         ClipReward(ScriptedEnv([]), bound, 2.0)
 
 

@@ -199,7 +199,9 @@ def test_refusals_name_what_is_wrong():
     env = NormalizeObservation(ScriptedObservations(np.zeros((2, 2))))
     with pytest.raises(ValueError, match=r"observation of shape \(3,\); expected \(2,\)"):
         env.observation(np.zeros(3))
-    with pytest.raises(ValueError, match="observation should hold real numbers"):
+    with pytest.raises(
+        TypeError, match=r"observation should hold real numbers .* observation=a <U1\[2\] array\."
+    ):
         env.observation(np.array(["a", "b"]))
     same_step = gym.make_vec(
         "CartPole-v1",

@@ -404,14 +404,14 @@ def test_load_refuses_crafted_values_and_keeps_the_arrays_live(tmp_path):
     live = envs.accumulated_reward
     state = envs.state_dict()
     state["accumulated_reward"] = np.array([1.0, np.nan], np.float32)
-    (tmp_path / "nan").write_bytes(save_state(state, envs._checkpoint_metadata()))
+    (tmp_path / "nan").write_bytes(save_state(state, envs._checkpoint_metadata(state)))
     with pytest.raises(
         ValueError, match=r"accumulated_reward holds nan; expected a return that is not NaN"
     ):
         envs.load(tmp_path / "nan")
     state = envs.state_dict()
     state["return_rms"].moments[2] = -2.0  # m2
-    (tmp_path / "m2").write_bytes(save_state(state, envs._checkpoint_metadata()))
+    (tmp_path / "m2").write_bytes(save_state(state, envs._checkpoint_metadata(state)))
     with pytest.raises(ValueError, match=r"m2 holds -2\.0"):
         envs.load(tmp_path / "m2")
     envs.save(tmp_path / "good")
@@ -438,7 +438,9 @@ def test_rewards_of_another_shape_are_refused():
     expected = r"rewards of shape \(3, 1, 1\); expected \(3,\) .* or \(3, k\)"
     with pytest.raises(ValueError, match=expected):
         envs.step(None)
-    with pytest.raises(ValueError, match="update_running_mean should be True or False"):
+    with pytest.raises(
+        TypeError, match="update_running_mean should be a bool, got update_running_mean='False'"
+    ):
         envs.update_running_mean = "False"  # type: ignore[assignment]  # deliberately invalid
     with pytest.raises(InvalidBound, match="`min_reward` should not be NaN"):
         ClipReward(envs, np.array([0.0, math.nan, 0.0]), 1.0)
@@ -463,23 +465,32 @@ def test_assigned_returns_are_checked_and_copied_in():
         envs.return_rms.update_from_moments(0.0, -1.0, 3)
 
 
-# --- Hostile inputs: refused with a ValueError naming the value, never a silent wrong number ---
+# --- Hostile inputs: refused with an error naming the value, never a silent wrong number ---
+
+REAL = r"rewards should hold real numbers \(a bool, integer or floating dtype\), got "
+FLAG = r"terminated should be a boolean flag: a Python or NumPy bool, .* Got terminated"
+EACH = r"\(one flag, one per sub-environment\)\."
 
 
 @pytest.mark.parametrize(
-    ("rewards", "terminated", "message"),
+    ("rewards", "terminated", "error", "message"),
     [
-        (np.array([1 + 2j, 1.0, 1.0]), None, "rewards should hold real numbers .* complex128"),
-        (np.array(["1", "2", "3"]), None, "rewards should hold real numbers .* <U1"),
-        (np.array([1.0, None, 2.0], dtype=object), None, "rewards should hold real numbers"),
-        (np.ones(3), np.array(["False", "False", "True"]), "terminated should hold real numbers"),
-        (np.ones(3), ["False", "False", "False"], "terminated should hold real numbers"),
-        (np.ones(3), True, r"terminated of shape \(\); expected \(3,\)"),
-        (np.ones(3), np.zeros(2, bool), r"terminated of shape \(2,\); expected \(3,\)"),
+        (np.array([1 + 2j, 1.0, 1.0]), None, TypeError, REAL + r"rewards=a complex128\[3\] array"),
+        (np.array(["1", "2", "3"]), None, TypeError, REAL + r"rewards=a <U1\[3\] array\."),
+        (np.array([1.0, None, 2.0], dtype=object), None, TypeError, REAL + "rewards=an object"),
+        (np.ones(3), np.array(["False", "False", "True"]), TypeError, FLAG + "=a <U5"),
+        (np.ones(3), ["False", "False", "False"], TypeError, FLAG + r"=\['False', 'False'"),
+        (np.ones(3), True, ValueError, r"terminated of shape \(\); expected \(3,\) " + EACH),
+        (
+            np.ones(3),
+            np.zeros(2, bool),
+            ValueError,
+            r"terminated of shape \(2,\); expected \(3,\) " + EACH,
+        ),
     ],
 )
 def test_rewards_and_flags_that_are_not_real_numbers_per_environment_are_refused(
-    rewards, terminated, message
+    rewards, terminated, error, message
 ):
     inner = ScriptedVectorEnv(np.ones((2, 3)))
     envs = NormalizeReward(inner)
@@ -488,7 +499,7 @@ def test_rewards_and_flags_that_are_not_real_numbers_per_environment_are_refused
     inner.rewards = [np.ones(3), rewards]  # type: ignore[assignment]  # deliberately invalid
     inner.terminated = [np.zeros(3, bool), np.zeros(3, bool) if terminated is None else terminated]  # type: ignore[assignment]  # deliberately invalid
     before = (envs.accumulated_reward.copy(), envs.return_rms.get_state())
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message):
         envs.step(None)
     np.testing.assert_array_equal(envs.accumulated_reward, before[0])
     assert envs.return_rms.get_state() == before[1]
@@ -526,7 +537,7 @@ def test_integer_and_bool_rewards_and_flags_compute_as_floats_and_bools():
 
 def test_normalize_helper_refuses_complex_rewards():
     envs = NormalizeReward(ScriptedVectorEnv(np.ones((1, 3))))
-    with pytest.raises(ValueError, match=r"reward should hold real numbers .* complex128"):
+    with pytest.raises(TypeError, match=r"reward should hold real numbers .* reward=a complex128"):
         envs.normalize(np.array([1 + 1j, 1.0, 1.0]))
 
 
@@ -542,5 +553,11 @@ def test_clip_bounds_are_one_number_or_one_per_sub_environment():
 def test_statistics_of_another_shape_assigned_to_return_rms_are_named_at_save(tmp_path):
     envs = NormalizeReward(ScriptedVectorEnv(np.ones((2, 2))))
     envs.return_rms = GymRunningMeanStd(shape=(2,))
-    with pytest.raises(ValueError, match=r"return_rms should hold .* shape \(\).*shape \(2,\)"):
+    with pytest.raises(
+        ValueError,
+        match=(
+            "return_rms holds an ObjectiveStats of 2 objectives, but the wrapper saves returns of "
+            r"one number per environment: return_rms should be a RunningMeanStd of shape \(\)"
+        ),
+    ):
         envs.save(tmp_path / "stats")

@@ -467,7 +467,8 @@ def test_load_state_dict_checks_the_layout():
     state = env.state_dict()
     state["return_rms"] = scripted_mo_env(2, objectives="shared").state_dict()["return_rms"]
     with pytest.raises(
-        ValueError, match=r"statistics of 2 objectives \(shape \(2,\)\), got .* \(\)"
+        ValueError,
+        match=r"ObjectiveStats holds statistics of shape \(2,\), got statistics of shape \(\)\.",
     ):
         env.load_state_dict(state)
 
@@ -485,8 +486,13 @@ def test_objective_stats_convert_to_the_jax_core_and_pickle():
     np.testing.assert_allclose(core.mean, stats.mean, rtol=1e-7)
     restored = pickle.loads(pickle.dumps(stats))
     assert restored.get_state() == stats.get_state()
-    with pytest.raises(ValueError, match="num_objectives should be an integer >= 1, got"):
+    message = r"num_objectives should be an integer >= 1, got num_objectives=0\."
+    with pytest.raises(ValueError, match=message):
         ObjectiveStats(0)
+    for count in (2.0, True, "2"):  # the core's check_count: not an integer, a TypeError
+        message = f"num_objectives should be an integer, got num_objectives={count!r}"
+        with pytest.raises(TypeError, match=message):
+            ObjectiveStats(count)  # type: ignore[arg-type]  # deliberately invalid
 
 
 @pytest.mark.requires("mo_gymnasium")
