@@ -143,10 +143,20 @@ class RunningMeanStd:
 
     @stats.setter
     def stats(self, stats: rs.RunningStats) -> None:
-        if getattr(stats, "decay", None) is not None:
+        weighting = {
+            name: getattr(stats, name, default)
+            for name, default in (
+                ("decay", None),
+                ("step_size", None),
+                ("prior_count", PRIOR_COUNT),
+            )
+        }
+        if weighting != {"decay": None, "step_size": None, "prior_count": PRIOR_COUNT}:
+            # Their variance divides by another weight: read as these, it would be wrong.
             raise ValueError(
-                f"exponential moving statistics (decay={stats.decay}) have no sample "
-                f"count to convert; {type(self).__name__} holds equally weighted statistics."
+                f"statistics weighted otherwise ({weighting}) have no sample count to convert; "
+                f"{type(self).__name__} holds equally weighted statistics (decay=None, "
+                f"step_size=None, prior_count={PRIOR_COUNT})."
             )
         if np.shape(stats.mean) != self.shape:  # an ObjectiveStats of k objectives: (k,)
             raise ValueError(

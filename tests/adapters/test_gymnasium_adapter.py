@@ -270,6 +270,10 @@ def test_conversion_to_and_from_the_jax_core():
     ema = rn.init_stats((), np.float32, decay=0.99)
     with pytest.raises(ValueError, match="decay"):
         RunningMeanStd.from_running_stats(ema)
+    # Other weightings: their variance divides by another weight, never read as equal weights.
+    for name, value in (("step_size", 0.1), ("prior_count", 1.0)):
+        with pytest.raises(ValueError, match=rf"'{name}': {value}.*equally weighted"):
+            rms.stats = rn.init_stats((), np.float32, **{name: value})
 
 
 def test_running_mean_std_matches_gymnasiums():
