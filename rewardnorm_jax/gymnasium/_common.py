@@ -604,6 +604,8 @@ class Normalizer(HostStatistics, Generic[EnvT]):
             target, value = targets[attr], state[key]
             if target.dtype.kind == "f":
                 value = check_returns(key, value, target.shape)
+            elif np.shape(value) != target.shape:  # refused before anything is written
+                raise ValueError(f"{key} should have shape {target.shape}, got {np.shape(value)}.")
             arrays[attr] = np.asarray(value, target.dtype)
         self._use_layout(objective_shape, "the state holds returns of")
         copy_stats(loaded, self._return_rms)  # in place: whoever shares return_rms sees them

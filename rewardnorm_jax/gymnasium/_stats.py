@@ -143,20 +143,11 @@ class RunningMeanStd:
 
     @stats.setter
     def stats(self, stats: rs.RunningStats) -> None:
-        weighting = {
-            name: getattr(stats, name, default)
-            for name, default in (
-                ("decay", None),
-                ("step_size", None),
-                ("prior_count", PRIOR_COUNT),
-            )
-        }
-        if weighting != {"decay": None, "step_size": None, "prior_count": PRIOR_COUNT}:
-            # Their variance divides by another weight: read as these, it would be wrong.
+        weighting = (stats.decay, stats.step_size, stats.prior_count)
+        if weighting != (None, None, PRIOR_COUNT):  # their variance divides by another weight
             raise ValueError(
-                f"statistics weighted otherwise ({weighting}) have no sample count to convert; "
-                f"{type(self).__name__} holds equally weighted statistics (decay=None, "
-                f"step_size=None, prior_count={PRIOR_COUNT})."
+                f"statistics of (decay, step_size, prior_count)={weighting} have no sample count "
+                f"to convert; {type(self).__name__} holds equally weighted statistics."
             )
         if np.shape(stats.mean) != self.shape:  # an ObjectiveStats of k objectives: (k,)
             raise ValueError(

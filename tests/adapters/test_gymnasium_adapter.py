@@ -271,9 +271,12 @@ def test_conversion_to_and_from_the_jax_core():
     with pytest.raises(ValueError, match="decay"):
         RunningMeanStd.from_running_stats(ema)
     # Other weightings: their variance divides by another weight, never read as equal weights.
-    for name, value in (("step_size", 0.1), ("prior_count", 1.0)):
-        with pytest.raises(ValueError, match=rf"'{name}': {value}.*equally weighted"):
-            rms.stats = rn.init_stats((), np.float32, **{name: value})
+    for weighting, given in (
+        ({"step_size": 0.1}, "None, 0.1, 0.0001"),
+        ({"prior_count": 1.0}, "None, None, 1.0"),
+    ):
+        with pytest.raises(ValueError, match=rf"prior_count\)=\({given}\) have no sample count"):
+            rms.stats = rn.init_stats((), np.float32, **weighting)
 
 
 def test_running_mean_std_matches_gymnasiums():

@@ -6,6 +6,7 @@ of SEMANTICS.md's 1.4.0 formulas written below (1.3.0 has bugs there).
 """
 
 import math
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -561,3 +562,23 @@ def test_statistics_of_another_shape_assigned_to_return_rms_are_named_at_save(tm
         ),
     ):
         envs.save(tmp_path / "stats")
+
+
+def test_load_state_dict_refuses_flags_of_another_shape_before_writing_anything():
+    envs = NormalizeReward(gym.make_vec("CartPole-v1", 3, vectorization_mode="sync"))
+    envs.reset(seed=0)
+    for _ in range(4):
+        envs.step(envs.action_space.sample())
+    before = envs.state_dict()
+    for flags in (np.zeros(2, bool), np.zeros((), bool), np.zeros((3, 1), bool)):
+        state = {**envs.state_dict(), "prev_dones": flags}
+        state["accumulated_reward"] = np.ones(3)
+        with pytest.raises(
+            ValueError,
+            match=rf"prev_dones should have shape \(3,\), got {re.escape(str(flags.shape))}",
+        ):
+            envs.load_state_dict(state)
+        after = envs.state_dict()  # nothing was written
+        np.testing.assert_array_equal(after["accumulated_reward"], before["accumulated_reward"])
+        np.testing.assert_array_equal(after["prev_dones"], before["prev_dones"])
+        np.testing.assert_array_equal(after["return_rms"].moments, before["return_rms"].moments)
