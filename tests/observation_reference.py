@@ -14,6 +14,17 @@ Each follows its project's code line by line, in float64:
   ``mean += sum(x - mean) / count``, ``M += sum((x - old) * (x - new))``,
   ``std = clip(sqrt(M / count + std_eps), 1e-6, 1e6)``; ``normalize`` is
   ``(x - mean) / std``, clipped to ``max_abs_value`` if given.
+* ``RslRlReference``: rsl_rl's ``EmpiricalNormalization``
+  (github.com/leggedrobotics/rsl_rl, ``rsl_rl/modules/normalization.py`` at
+  commit c281c32e5746e75570c1a29bfa78bca0200cc5ff): mean 0, variance 1, std 1,
+  count 0; ``update`` returns at once if ``count >= until``, else
+  ``count += b``, ``rate = b / count`` and the batch's mean and (biased)
+  variance move the running ones by ``rate``; ``forward`` is
+  ``(x - mean) / (std + eps)``, ``inverse`` ``y * (std + eps) + mean``.
+  FastTD3's copy (github.com/younggyoseo/FastTD3, ``fast_td3/fast_td3_utils.py``
+  at commit 229ed59bbf43ea2f7a2d5d90d1076314839944d7) merges the same moments
+  as ``M2 = var * count + var_b * b + delta**2 * count * b / (count + b)``, the
+  same numbers in exact arithmetic, and its ``forward`` updates first.
 """
 
 import numpy as np
@@ -97,3 +108,38 @@ class BraxReference:
     def normalize(self, batch, max_abs_value=None):
         out = (np.asarray(batch, np.float64) - self.mean) / self.std
         return out if max_abs_value is None else np.clip(out, -max_abs_value, max_abs_value)
+
+
+class RslRlReference:
+    """rsl_rl's EmpiricalNormalization, float64: ``step`` updates, then normalizes (FastTD3's)."""
+
+    def __init__(self, shape, eps=1e-2, until=None):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.std = np.ones(shape, np.float64)
+        self.count = 0
+        self.eps, self.until = eps, until
+
+    def update(self, x):
+        if self.until is not None and self.count >= self.until:
+            return
+        x = np.asarray(x, np.float64)
+        count_x = x.shape[0]
+        self.count += count_x
+        rate = count_x / self.count
+        var_x = np.var(x, axis=0)
+        mean_x = np.mean(x, axis=0)
+        delta_mean = mean_x - self.mean
+        self.mean = self.mean + rate * delta_mean
+        self.var = self.var + rate * (var_x - self.var + delta_mean * (mean_x - self.mean))
+        self.std = np.sqrt(self.var)
+
+    def normalize(self, x):
+        return (np.asarray(x, np.float64) - self.mean) / (self.std + self.eps)
+
+    def inverse(self, y):
+        return np.asarray(y, np.float64) * (self.std + self.eps) + self.mean
+
+    def step(self, x):
+        self.update(x)
+        return self.normalize(x)

@@ -25,10 +25,11 @@ import jax
 import jax.numpy as jnp
 from brax.training.acme import running_statistics
 
+from rewardnorm_jax._src.core import checks
 from rewardnorm_jax.brax import _running_statistics
 
 
-def policy_function(make_policy, params, *, deterministic=True):
+def policy_function(make_policy, params, *, deterministic=True, std_min=1e-6, std_max=1e6):
     """Brax's policy with its observation normalizer inside, as one pure function.
 
     Args:
@@ -41,7 +42,10 @@ def policy_function(make_policy, params, *, deterministic=True):
       params: Brax's parameters, ``(normalizer_params, policy_params, ...)`` as
         its trainers return them (PPO adds the value parameters).
       deterministic: the mode of the action distribution (Brax's
-        ``deterministic=True``), else a sample.
+        ``deterministic=True``), else a sample; a bool.
+      std_min: the ``std_min_value`` Brax's updates of ``params[0]`` used
+        (its default 1e-6), as for :func:`~rewardnorm_jax.brax.from_running_statistics`.
+      std_max: the ``std_max_value`` they used (its default 1e6).
 
     Returns:
       ``act(observations) -> actions`` if ``deterministic``, else
@@ -51,10 +55,12 @@ def policy_function(make_policy, params, *, deterministic=True):
       rounding.
 
     Raises:
-      TypeError: for ``params`` without Brax's statistics first.
+      TypeError: for ``params`` without Brax's statistics first, or a
+        ``deterministic`` that is not a bool.
       ValueError: for statistics whose observation shape the policy's
         parameters do not take (``act`` itself refuses observations of another
-        shape, naming ``observations``).
+        shape, naming ``observations``), or whose ``std`` is not the one
+        ``std_min`` and ``std_max`` give.
 
     Example:
       >>> from brax.training.agents.ppo import networks as ppo_networks
@@ -68,8 +74,11 @@ def policy_function(make_policy, params, *, deterministic=True):
       >>> act(jnp.ones((2, 3))).shape
       (2, 1)
     """
+    deterministic = checks.check_bool("deterministic", deterministic)
     _check_params(params)
-    norm, state = _running_statistics.from_running_statistics(params[0])
+    norm, state = _running_statistics.from_running_statistics(
+        params[0], std_min=std_min, std_max=std_max
+    )
     brax_policy = make_policy((_identity(params[0]), *params[1:]), deterministic=deterministic)
 
     def sample(observations, key):
@@ -97,7 +106,8 @@ def with_normalizer(params, config, state):
       params: Brax's parameters, ``(normalizer_params, policy_params, ...)``;
         ``params[0]`` gives the observation shapes the policy takes.
       config: the normalizer's configuration (``norm.config``), without a
-        prior (the ``"brax"`` preset), as for :func:`to_running_statistics`.
+        prior (the ``"brax"`` preset, or ``"brax_ema"`` for ``params[0]`` in
+        ``mode='ema'``), as for :func:`to_running_statistics`.
       state: its state, of the observation shapes of ``params[0]``.
 
     Returns:
@@ -105,7 +115,9 @@ def with_normalizer(params, config, state):
 
     Raises:
       TypeError: for ``params`` without Brax's statistics first.
-      ValueError: for a ``state`` of other observation shapes than ``params[0]``.
+      ValueError: for a ``state`` of other observation shapes than ``params[0]``,
+        or a ``config`` giving another mode than ``params[0]``'s (Brax's
+        trainers continue in the mode of the statistics they are given).
 
     Example:
       >>> import rewardnorm_jax as rn
@@ -123,7 +135,20 @@ def with_normalizer(params, config, state):
             f"state holds observations of shape {found}, params[0] of shape {expected}: "
             "pass the statistics of the observations this policy takes."
         )
+    if brax_state.mode != params[0].mode:
+        found, expected = (_MODES[m] for m in (brax_state.mode, params[0].mode))
+        raise ValueError(
+            f"config (preset {config.preset!r}) gives statistics in mode={found!r}, params[0] is "
+            f"in mode={expected!r}: build the normalizer with the "
+            f"{'brax_ema' if expected == 'ema' else 'brax'!r} preset."
+        )
     return (brax_state, *params[1:])
+
+
+_MODES = {
+    running_statistics.NormalizationMode.WELFORD: "welford",
+    running_statistics.NormalizationMode.EMA: "ema",
+}
 
 
 def _check_params(params) -> None:

@@ -8,13 +8,26 @@ and ``sac.train``). :func:`from_running_statistics` hands them to the library
 updating from them.
 
 Both run on the host, outside ``jit`` (they read the count and ``std_eps`` as
-numbers), as a trainer's parameters are handed over. Both keep the count exactly
-(Brax's ``UInt64`` words are the library's count words), the mean and the
-summed variance :math:`M` (Welford mode; Brax's ``"ema"`` mode keeps the
-variance, :math:`M / n`). The library's statistics
-keep a count per feature, Brax one count for every leaf: a state whose
-features counted different samples (non-finite observations left out) cannot
-be given back.
+numbers), as a trainer's parameters are handed over. Both keep:
+
+* the count exactly (Brax's ``UInt64`` words are the library's count words);
+* the mode: a ``mode='welford'`` state is the ``"brax"`` preset's, a
+  ``mode='ema'`` state the ``"brax_ema"`` preset's, and each goes back in its
+  mode. Brax's trainers honour their ``normalize_until_count`` in ``'ema'``
+  mode alone, so a state frozen by it stays frozen when given back;
+* ``std_eps``, as the normalizer's ``epsilon`` (rounded to the statistics'
+  dtype, as Brax adds it);
+* the mean, and the summed variance :math:`M` (Welford mode) or the variance
+  :math:`M / n` (``'ema'`` mode, whose :math:`M` the library holds in two
+  words: :math:`M / n` reads back as the same variance).
+
+What Brax's state cannot hold is refused: a prior, statistics per environment
+or per task, an ``epsilon`` on the standard deviation (Brax's ``std_eps`` is
+under the square root), an ``until_count`` (Brax's is an argument of its
+trainer, with another rule: an update is skipped when it would take the count
+past it, and the count still grows), and features that counted different
+samples (the library counts per feature, non-finite observations left out;
+Brax one count for every leaf).
 """
 
 import jax
@@ -47,7 +60,8 @@ def from_running_statistics(
 
     Returns:
       ``(normalizer, state)``: ``normalize_observation("brax", epsilon=std_eps,
-      ...)`` in the statistics' dtype, and its state.
+      ...)`` in the statistics' dtype (``"brax_ema"`` for a ``mode='ema'``
+      state), and its state.
 
     Example:
       >>> from brax.training.acme import running_statistics
@@ -70,8 +84,9 @@ def from_running_statistics(
     _check_moments(brax_state)
     means = jax.tree.leaves(brax_state.mean)
     dtype = jnp.result_type(means[0]) if means else rs.default_dtype()
+    ema = brax_state.mode == running_statistics.NormalizationMode.EMA
     norm = observation.normalize_observation(
-        "brax",
+        "brax_ema" if ema else "brax",
         epsilon=float(brax_state.std_eps),
         clip=clip,
         std_min=std_min,
@@ -79,19 +94,19 @@ def from_running_statistics(
         dtype=dtype,
     )
     hi, lo = _count_words(brax_state.count)
-    ema = brax_state.mode == running_statistics.NormalizationMode.EMA
-    count = hi.astype(dtype) * 2.0**32 + lo.astype(dtype)
+    count = float(hi) * 2.0**32 + float(lo)
 
     def stats_of(mean, summed_variance):
         mean = jnp.asarray(mean, dtype)
-        m2 = jnp.asarray(summed_variance, dtype)
-        m2 = jnp.maximum(m2 * count if ema else m2, 0.0)  # Brax clamps a negative M at 0 too
-        zeros = jnp.zeros_like(mean)
+        # Brax clamps a negative variance at 0 too.
+        summed = np.maximum(np.asarray(summed_variance, np.float64), 0.0)
+        m2, m2_low = _two_product(summed, count) if ema else (summed, np.zeros_like(summed))
+        m2_high = m2.astype(dtype)
         return rs.RunningStats.from_parts(
             mean=mean,
-            mean_low=zeros,
-            m2=m2,
-            m2_low=zeros,
+            mean_low=jnp.zeros_like(mean),
+            m2=m2_high,
+            m2_low=np.where(np.isinf(m2_high), 0.0, (m2 - m2_high) + m2_low).astype(dtype),
             count_hi=jnp.broadcast_to(hi, mean.shape),
             count_lo=jnp.broadcast_to(lo, mean.shape),
             prior_count=0.0,
@@ -132,6 +147,29 @@ def _check_std(norm, state, brax_state) -> None:
             )
 
 
+def _two_product(a: np.ndarray, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """``a * b`` in float64 as ``(product, error)``, their sum exact (Dekker's TwoProduct)."""
+    product = a * b
+    a_high, a_low = _halves(a)
+    b_high, b_low = _halves(np.float64(b))
+    error = ((a_high * b_high - product) + a_high * b_low + a_low * b_high) + a_low * b_low
+    return product, np.where(np.isfinite(product), error, 0.0)
+
+
+def _halves(x):
+    """``x`` as two float64 halves of 26 bits each (Veltkamp's split)."""
+    scaled = 134217729.0 * x  # 2**27 + 1
+    high = scaled - (scaled - x)
+    return high, x - high
+
+
+def _quotient(high, low, divisor: float) -> np.ndarray:
+    """``(high + low) / divisor`` in float64, corrected once for the quotient's rounding."""
+    first = high / divisor
+    product, error = _two_product(first, divisor)
+    return first + (((high - product) - error) + low) / divisor
+
+
 def _count_words(count) -> tuple[jax.Array, jax.Array]:
     """Brax's count as two uint32 words, checked: one whole number in [0, 2**64)."""
     if isinstance(count, brax_types.UInt64):
@@ -165,25 +203,90 @@ def to_running_statistics(
     std_min=None,
     std_max=None,
 ) -> running_statistics.RunningStatisticsState:
-    """Brax's statistics holding the library's, in Welford mode.
+    """Brax's statistics holding the library's, in the mode of the preset.
 
     Args:
       config: the normalizer's configuration (``norm.config``); it must have
-        no prior (``prior_count=0``, the ``"brax"`` preset), as Brax has none.
+        no prior (``prior_count=0``, the ``"brax"`` and ``"brax_ema"``
+        presets), as Brax has none, epsilon under the square root and no
+        ``until_count``.
       state: the normalizer's state.
       std_min: the bounds of Brax's ``std``; the configuration's by default.
       std_max: as ``std_min``.
 
     Returns:
-      A ``RunningStatisticsState`` whose count words equal the library's, mean
-      ``mean + mean_low`` and summed variance ``m2 + m2_low`` rounded to the
-      dtype, and ``std`` as Brax's update computes it.
+      A ``RunningStatisticsState`` in ``mode='ema'`` for the ``"brax_ema"``
+      preset (from :func:`from_running_statistics` of such a state, or built
+      so), else in ``mode='welford'``: its count words equal the library's,
+      ``std_eps`` is ``config.epsilon``, the mean is ``mean + mean_low`` and
+      the summed variance ``m2 + m2_low`` (Welford) or the variance
+      ``(m2 + m2_low) / n`` (``'ema'``) rounded to the dtype, and ``std`` is
+      what Brax's update of that mode computes.
 
     Raises:
-      ValueError: for a configuration with a prior or with statistics per
-        environment or per task, or features that counted different numbers
-        of samples.
+      ValueError: for a configuration with a prior, statistics per
+        environment or per task, ``epsilon_on="std"`` or an ``until_count``,
+        or features that counted different numbers of samples.
+
+    Example:
+      >>> import rewardnorm_jax as rn
+      >>> norm = rn.normalize_observation("brax_ema")
+      >>> state = norm.update(norm.init(jnp.zeros(2)), jnp.array([[1.0, 2.0], [3.0, 6.0]]))
+      >>> brax_state = to_running_statistics(norm.config, state)
+      >>> brax_state.mode == running_statistics.NormalizationMode.EMA
+      True
+      >>> brax_state.summed_variance.tolist()  # the variance, in this mode
+      [1.0, 4.0]
     """
+    _check_convertible(config, state)
+    leaves = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
+    words = np.concatenate([np.asarray(s.count_words).reshape(-1, 2) for s in leaves])
+    if words.size and not (words == words[0]).all():
+        raise ValueError(
+            "the features counted different numbers of samples (non-finite observations are "
+            "left out per feature); Brax keeps one count for every feature."
+        )
+    hi, lo = (words[0] if words.size else np.zeros(2, np.uint32)).tolist()
+    count = brax_types.UInt64(hi=hi, lo=lo)
+    count_float = jnp.float32(count.hi) * jnp.float32(2.0**32) + jnp.float32(count.lo)
+    low = config.std_min if std_min is None else std_min
+    high = config.std_max if std_max is None else std_max
+    ema = config.preset == "brax_ema"
+
+    def summed_variance(stats):
+        if not ema:
+            return stats.m2 + stats.m2_low
+        high_word, low_word = (np.asarray(x, np.float64) for x in (stats.m2, stats.m2_low))
+        if (hi, lo) == (0, 0):  # Brax's initial variance
+            return jnp.zeros_like(stats.m2)
+        return jnp.asarray(_quotient(high_word, low_word, hi * 2.0**32 + lo), stats.m2.dtype)
+
+    def brax_std(stats, summed):
+        if (hi, lo) == (0, 0):
+            return jnp.ones_like(stats.mean)
+        summed = jnp.maximum(summed, 0.0)
+        variance = summed if ema else summed / count_float
+        return jnp.clip(jnp.sqrt(variance + config.epsilon), low, high)
+
+    def field(read, *trees):
+        return jax.tree.map(
+            read, state.stats, *trees, is_leaf=lambda x: isinstance(x, rs.RunningStats)
+        )
+
+    summed = field(summed_variance)
+    mode = running_statistics.NormalizationMode
+    return running_statistics.RunningStatisticsState(
+        count=count,
+        mean=field(lambda s: s.mean + s.mean_low),
+        summed_variance=summed,
+        std=field(brax_std, summed),
+        std_eps=config.epsilon,
+        mode=mode.EMA if ema else mode.WELFORD,
+    )
+
+
+def _check_convertible(config, state) -> None:
+    """Refuses a configuration whose statistics or options Brax's state cannot hold."""
     given: tuple[object, object] = (config, state)  # callers may pass anything
     if not isinstance(given[0], observation.ObservationConfig) or not isinstance(
         given[1], observation.ObservationNormState
@@ -202,32 +305,16 @@ def to_running_statistics(
             f"to_running_statistics needs one set of statistics shared by the batch; these "
             f"have statistics={config.statistics!r}, which Brax's single set cannot hold."
         )
-    leaves = jax.tree.leaves(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
-    words = np.concatenate([np.asarray(s.count_words).reshape(-1, 2) for s in leaves])
-    if words.size and not (words == words[0]).all():
+    if config.epsilon_on != "variance":
         raise ValueError(
-            "the features counted different numbers of samples (non-finite observations are "
-            "left out per feature); Brax keeps one count for every feature."
+            f"to_running_statistics needs epsilon under the square root; these have "
+            f"epsilon_on={config.epsilon_on!r} (epsilon={config.epsilon!r} added to the std), "
+            "which Brax's std_eps cannot hold: use epsilon_on='variance'."
         )
-    hi, lo = (words[0] if words.size else np.zeros(2, np.uint32)).tolist()
-    count = brax_types.UInt64(hi=hi, lo=lo)
-    count_float = jnp.float32(count.hi) * jnp.float32(2.0**32) + jnp.float32(count.lo)
-    low = config.std_min if std_min is None else std_min
-    high = config.std_max if std_max is None else std_max
-
-    def brax_std(stats):
-        if (hi, lo) == (0, 0):
-            return jnp.ones_like(stats.mean)
-        summed = jnp.maximum(stats.m2 + stats.m2_low, 0.0)
-        return jnp.clip(jnp.sqrt(summed / count_float + config.epsilon), low, high)
-
-    def field(read):
-        return jax.tree.map(read, state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
-
-    return running_statistics.RunningStatisticsState(
-        count=count,
-        mean=field(lambda s: s.mean + s.mean_low),
-        summed_variance=field(lambda s: s.m2 + s.m2_low),
-        std=field(brax_std),
-        std_eps=config.epsilon,
-    )
+    if config.until_count is not None:
+        raise ValueError(
+            f"to_running_statistics cannot keep until_count={config.until_count!r}: Brax's "
+            "state holds none (its trainer's normalize_until_count skips an update that would "
+            "take the count past it, in mode='ema' alone); build the normalizer without it, "
+            "with the 'brax_ema' preset, and pass normalize_until_count to the trainer."
+        )

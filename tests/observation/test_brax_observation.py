@@ -147,6 +147,116 @@ def test_ema_mode_state_converts_its_variance():
     )
 
 
+def brax_ema_state(until_count, std_eps=0.02):
+    """Brax's own EMA statistics (std_eps 0.02) from 12 batches of 32, frozen past ``until_count``."""
+    update = jax.jit(running_statistics.update, static_argnames="until_count")
+    brax_state = running_statistics.init_state(jnp.zeros(DIM), std_eps=std_eps, mode="ema")
+    for batch in batches(14):
+        brax_state = update(brax_state, jnp.asarray(batch), until_count=until_count)
+    return brax_state, update
+
+
+def assert_same_brax_state(got, expected):
+    assert got.mode == expected.mode
+    assert np.float32(got.std_eps) == np.float32(expected.std_eps)
+    assert (int(got.count.hi), int(got.count.lo)) == (int(expected.count.hi), int(expected.count.lo))
+    for name in ("mean", "summed_variance", "std"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+
+
+@pytest.mark.parametrize("until_count", [None, 100])
+def test_ema_round_trip_keeps_mode_std_eps_and_until_freeze(until_count):
+    """Brax continues from the state given back exactly as from its own, frozen or learning.
+
+    With ``until_count=100`` Brax's EMA rate is 0 from the 4th batch (count 128 > 100):
+    the statistics hold the first 96 observations while the count goes on to 384.
+    """
+    brax_state, update = brax_ema_state(until_count)
+    assert int(brax_state.count) == 12 * 32
+    norm, state = rnb.from_running_statistics(brax_state)
+    assert norm.config.preset == "brax_ema"
+    assert norm.config.epsilon == np.float32(0.02)
+    back = rnb.to_running_statistics(norm.config, state)
+    assert_same_brax_state(back, brax_state)
+    probe = jnp.asarray(batches(15)[0])
+    np.testing.assert_allclose(
+        norm.apply(state, probe), running_statistics.normalize(probe, brax_state), rtol=2e-5
+    )
+    for batch in batches(16, steps=3):
+        brax_state = update(brax_state, jnp.asarray(batch), until_count=until_count)
+        back = update(back, jnp.asarray(batch), until_count=until_count)
+    assert_same_brax_state(back, brax_state)
+    if until_count is not None:  # still the first 96 observations
+        np.testing.assert_allclose(
+            brax_state.mean, batches(14)[:3].reshape(96, DIM).mean(0), rtol=1e-5
+        )
+
+
+def test_ema_variance_and_64_bit_count_read_and_given_back():
+    """A count past 2**32 (words 3 and 7): the EMA variance is M / n, M held in two words."""
+    brax_state, update = brax_ema_state(None)
+    brax_state = brax_state.replace(count=brax_state.count.replace(hi=jnp.uint32(3), lo=jnp.uint32(7)))
+    count = 3 * 2**32 + 7
+    norm, state = rnb.from_running_statistics(brax_state)
+    assert (rn.count_as_int(state.stats) == count).all()
+    m2 = np.asarray(state.stats.m2, np.float64) + np.asarray(state.stats.m2_low, np.float64)
+    expected_m2 = np.asarray(brax_state.summed_variance, np.float64) * count
+    np.testing.assert_allclose(m2, expected_m2, rtol=1e-14)  # float32's 24 bits alone: 6e-8
+    np.testing.assert_allclose(state.stats.var, brax_state.summed_variance, rtol=1e-7)
+    back = rnb.to_running_statistics(norm.config, state)
+    assert_same_brax_state(back, brax_state)
+    batch = jnp.asarray(batches(17)[0])
+    assert_same_brax_state(update(back, batch, until_count=None), update(brax_state, batch))
+
+
+def test_welford_round_trip_keeps_std_eps_and_64_bit_count():
+    update = jax.jit(running_statistics.update)
+    brax_state = running_statistics.init_state(jnp.zeros(DIM), std_eps=0.3)
+    for batch in batches(18, steps=3):
+        brax_state = update(brax_state, jnp.asarray(batch))
+    # A count past 2**32, then an update: Brax's std is of that count.
+    brax_state = brax_state.replace(count=brax_state.count.replace(hi=jnp.uint32(2)))
+    brax_state = update(brax_state, jnp.asarray(batches(18)[3] * 1e3))
+    assert int(brax_state.count) == 2 * 2**32 + 4 * 32
+    norm, state = rnb.from_running_statistics(brax_state)
+    assert norm.config.preset == "brax"
+    back = rnb.to_running_statistics(norm.config, state)
+    assert back.mode == running_statistics.NormalizationMode.WELFORD
+    assert_same_brax_state(back, brax_state)
+    batch = jnp.asarray(batches(19)[0])
+    assert_same_brax_state(update(back, batch), update(brax_state, batch))
+
+
+def test_a_library_brax_ema_normalizer_gives_brax_an_ema_state():
+    norm = rn.normalize_observation("brax_ema", epsilon=0.02)
+    brax_state = running_statistics.init_state(jnp.zeros(DIM), std_eps=0.02, mode="ema")
+    state = norm.init(jnp.zeros(DIM))
+    assert_same_brax_state(rnb.to_running_statistics(norm.config, state), brax_state)
+    reference = BraxReference(DIM, std_eps=0.02)
+    for batch in batches(20, steps=4):
+        state, brax_state = norm.update(state, batch), running_statistics.update(brax_state, batch)
+        reference.update(batch)
+    exported = rnb.to_running_statistics(norm.config, state)
+    assert exported.mode == running_statistics.NormalizationMode.EMA
+    assert int(exported.count) == int(brax_state.count) == 128
+    np.testing.assert_allclose(exported.summed_variance, reference.summed_variance / 128, rtol=1e-6)
+    np.testing.assert_allclose(exported.std, reference.std, rtol=1e-6)
+    np.testing.assert_allclose(exported.std, brax_state.std, rtol=1e-4)  # Brax's float32 error
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"preset": "rsl_rl"}, r"epsilon_on='std' \(epsilon=0\.01 added to the std\)"),
+        ({"preset": "brax_ema", "until_count": 100}, "cannot keep until_count=100"),
+    ],
+)
+def test_options_brax_cannot_hold_are_refused(options, message):
+    norm = rn.normalize_observation(**options)
+    with pytest.raises(ValueError, match=message):
+        rnb.to_running_statistics(norm.config, norm.init(jnp.zeros(DIM)))
+
+
 def test_conversion_errors_name_the_problem():
     gym = rn.normalize_observation("gymnasium")
     with pytest.raises(ValueError, match="prior_count"):

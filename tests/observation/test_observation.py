@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 import rewardnorm_jax as rn
-from tests.observation_reference import BraxReference, GymnasiumReference, PureJaxRLReference
+from tests.observation_reference import (
+    BraxReference,
+    GymnasiumReference,
+    PureJaxRLReference,
+    RslRlReference,
+)
 
 NUM_ENVS, DIM, STEPS = 16, 5, 30
 
@@ -112,6 +117,75 @@ def test_brax_preset_first_batch_and_constant_feature():
     assert np.isnan(fresh.stats.var).all()
     assert (rn.count_as_int(fresh.stats) == 0).all()
     np.testing.assert_array_equal(norm.apply(fresh, jnp.array([3.0, -2.0])), [3.0, -2.0])
+
+
+@pytest.mark.parametrize("until", [None, 100])
+def test_rsl_rl_preset_matches_empirical_normalization(until):
+    """Epsilon on the std, no prior, update then normalize; ``until`` freezes after the crossing.
+
+    Batches of 16: with ``until=100`` the batch taking the count from 96 to
+    112 is merged whole, and the 23 after it are left out.
+    """
+    batches = observations(seed=5)
+    batches[-1, 3] = 900.0  # after the freeze: no effect with until
+    norm = rn.normalize_observation("rsl_rl", until_count=until)
+    reference = RslRlReference(DIM, eps=1e-2, until=until)
+    first = batches[0]
+    np.testing.assert_allclose(
+        norm.apply(norm.init(jnp.zeros(DIM)), first), reference.normalize(first), rtol=1e-6
+    )  # before any sample: x / (1 + eps)
+    np.testing.assert_allclose(reference.normalize(first), first / 1.01)
+    outputs, state = run(norm, batches)
+    expected = np.stack([reference.step(batch) for batch in batches])
+    np.testing.assert_allclose(outputs, expected, rtol=2e-5, atol=2e-5)
+    count = int(rn.count_as_int(state.stats)[0])
+    assert count == reference.count == (112 if until else STEPS * NUM_ENVS)
+    np.testing.assert_allclose(state.stats.mean + state.stats.mean_low, reference.mean, rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, reference.var, rtol=1e-5)
+    restored = norm.denormalize(state, jnp.asarray(expected[-1], jnp.float32))
+    np.testing.assert_allclose(restored, reference.inverse(expected[-1]), rtol=1e-5, atol=1e-5)
+
+
+def test_until_count_reads_the_counts_two_words():
+    """A count of 2**32 + 4 is below 2**32 + 5 and not below 2**32 + 4 (one float32 value)."""
+    base = rn.normalize_observation("rsl_rl").init(jnp.zeros(()))
+    stats = rn.RunningStats.from_parts(
+        mean=jnp.float32(1.0),
+        mean_low=jnp.float32(0.0),
+        m2=jnp.float32(2.0**32 + 4),
+        m2_low=jnp.float32(0.0),
+        count_hi=1,
+        count_lo=4,
+        prior_count=0.0,
+    )
+    state = base.replace(stats=stats)
+    batch = jnp.full((2**10,), 2.0**10)
+    for until, learns in ((2**32 + 5, True), (2**32 + 4, False), (2**33, True)):
+        norm = rn.normalize_observation("rsl_rl", until_count=until)
+        after = norm.update(state, batch)
+        assert int(rn.count_as_int(after.stats)) == 2**32 + 4 + (2**10 if learns else 0)
+        assert (float(after.stats.mean) > 1.0) == learns
+
+
+def test_until_count_per_task_and_per_environment():
+    """Each set stops on its own count: task 0 after its first batch of 3, task 1 at 4."""
+    norm = rn.normalize_observation(
+        "rsl_rl", until_count=3, statistics=rn.Statistics(num_tasks=2)
+    )
+    state = norm.init(jnp.zeros(()))
+    task = jnp.array([0, 0, 0, 1, 1])
+    state = norm.update(state, jnp.array([1.0, 2.0, 3.0, 10.0, 20.0]), task=task)
+    state = norm.update(state, jnp.array([7.0, 7.0, 7.0, 30.0, 40.0]), task=task)
+    assert rn.count_as_int(state.stats).tolist() == [3, 4]
+    np.testing.assert_allclose(state.stats.mean, [2.0, 25.0])
+    per_env = rn.normalize_observation(
+        "rsl_rl", until_count=2, statistics=rn.Statistics(per_env=True)
+    )
+    state = per_env.init(jnp.zeros(()), batch_shape=(2,))
+    for batch in ([1.0, 5.0], [3.0, 9.0], [100.0, 100.0]):
+        state = per_env.update(state, jnp.array(batch), active=jnp.array([True, batch[0] > 2]))
+    assert rn.count_as_int(state.stats).tolist() == [2, 2]
+    np.testing.assert_allclose(state.stats.mean, [2.0, 54.5])
 
 
 def test_pytree_leaves_have_their_own_statistics_and_integers_pass():
@@ -232,11 +306,21 @@ def test_scan_and_checkpoint_round_trip():
         ({"prior_count": -1.0}, "prior_count"),
         ({"preset": "brax", "std_min": None}, "std_min"),
         ({"dtype": jnp.float16}, "dtype"),
+        ({"epsilon_on": "sqrt"}, "epsilon_on"),
+        ({"until_count": 0}, "until_count"),
+        ({"until_count": 2**64}, "until_count"),
+        ({"preset": "rsl_rl", "epsilon": 0.0}, "epsilon=0"),
     ],
 )
 def test_bad_options_name_themselves(options, message):
     with pytest.raises(ValueError, match=message):
         rn.normalize_observation(**options)
+
+
+@pytest.mark.parametrize("until", [1.5, True, "10", 1e3])
+def test_until_count_should_be_an_integer(until):
+    with pytest.raises(TypeError, match=f"until_count should be an integer, got until_count={until!r}"):
+        rn.normalize_observation("rsl_rl", until_count=until)
 
 
 def test_bad_inputs_name_themselves():

@@ -20,14 +20,31 @@ roundings into the low word, keep the normalized observation within
 
 Presets reproduce the normalizers users have:
 
-========== ============ ========== ============================ ====== ==================
-preset     prior weight epsilon    std bounds                   clip   order of ``step``
-========== ============ ========== ============================ ====== ==================
-gymnasium  1e-4         1e-8       none                         none   update, normalize
-purejaxrl  1e-4         1e-8       none                         none   update, normalize
-sb3        1e-4         1e-8       none                         10     update, normalize
-brax       0            0          [1e-6, 1e6]; 1 before data   none   normalize, update
-========== ============ ========== ============================ ====== ==================
+========== ============ ================ ============================ ====== ==================
+preset     prior weight epsilon          std bounds                   clip   order of ``step``
+========== ============ ================ ============================ ====== ==================
+gymnasium  1e-4         1e-8             none                         none   update, normalize
+purejaxrl  1e-4         1e-8             none                         none   update, normalize
+sb3        1e-4         1e-8             none                         10     update, normalize
+brax       0            0                [1e-6, 1e6]; 1 before data   none   normalize, update
+brax_ema   0            0                [1e-6, 1e6]; 1 before data   none   normalize, update
+rsl_rl     0            1e-2, on the std none; 1 before data          none   update, normalize
+========== ============ ================ ============================ ====== ==================
+
+``brax_ema`` is Brax's ``mode='ema'``: the same statistics as its Welford
+mode (its rate :math:`b / n` update is the exact merge), its state holding
+the variance rather than its sum;
+:func:`rewardnorm_jax.brax.to_running_statistics` gives a state of that mode.
+``rsl_rl`` is rsl_rl's ``EmpiricalNormalization`` (FastTD3's copy too), which
+adds epsilon to the standard deviation (``epsilon_on="std"``):
+
+.. math::
+    \tilde x = \frac{x - \mu}{\sigma + \epsilon}, \qquad
+    \sigma = \sqrt{\sigma^2_{run}} \text{ (1 before the first sample)},
+
+and whose ``until`` is ``until_count``: the statistics learn from a batch
+while their count before it is below ``until_count`` (the batch that
+crosses it is merged whole), and are frozen from then on.
 
 Integer and boolean leaves are returned unchanged (their statistics are
 still kept, as Brax keeps them). Non-finite entries are left out of the
@@ -55,7 +72,9 @@ from rewardnorm_jax._src.stats import running as rs
 from rewardnorm_jax._src.stats.placement import SHARED, Statistics
 
 
-def _preset(prior_count, epsilon, std_min, std_max, clip, normalize_first) -> dict[str, Any]:
+def _preset(
+    prior_count, epsilon, std_min, std_max, clip, normalize_first, epsilon_on="variance"
+) -> dict[str, Any]:
     """One preset's options, as :class:`ObservationConfig` names them."""
     return {
         "prior_count": prior_count,
@@ -64,6 +83,8 @@ def _preset(prior_count, epsilon, std_min, std_max, clip, normalize_first) -> di
         "std_max": std_max,
         "clip": clip,
         "normalize_first": normalize_first,
+        "epsilon_on": epsilon_on,
+        "until_count": None,
     }
 
 
@@ -76,6 +97,10 @@ OBSERVATION_PRESETS: dict[str, dict[str, Any]] = {
     "sb3": _preset(rs.PRIOR_COUNT, 1e-8, None, None, 10.0, False),
     # brax.training.acme.running_statistics (Welford mode): no prior, std_eps 0, std clamped.
     "brax": _preset(0.0, 0.0, 1e-6, 1e6, None, True),
+    # The same in mode='ema': the statistics are the same, its state holds the variance.
+    "brax_ema": _preset(0.0, 0.0, 1e-6, 1e6, None, True),
+    # rsl_rl.modules.EmpiricalNormalization (eps=1e-2, until=None), FastTD3's copy too.
+    "rsl_rl": _preset(0.0, 1e-2, None, None, None, False, epsilon_on="std"),
 }
 """The presets' options by name; each reproduces its library's numbers (float32 rounding aside)."""
 
@@ -84,12 +109,17 @@ _FROM_PRESET: Any = object()  # an option left to the preset
 
 @dataclasses.dataclass(frozen=True)
 class ObservationConfig(base.Config):
-    """The options of :func:`normalize_observation`, checked and resolved from the preset.
+    r"""The options of :func:`normalize_observation`, checked and resolved from the preset.
 
     Attributes:
       preset: the preset the options not given were taken from.
       prior_count: the weight of the prior (mean 0, variance 1); 0 for none.
-      epsilon: added to the variance under the square root.
+      epsilon: added to the variance under the square root, or to the
+        standard deviation (``epsilon_on``).
+      epsilon_on: ``"variance"`` (:math:`\sqrt{\sigma^2 + \epsilon}`) or
+        ``"std"`` (:math:`\sqrt{\sigma^2} + \epsilon`, rsl_rl's).
+      until_count: ``None``, or the count from which the statistics stop
+        learning: a batch is merged while the count before it is below it.
       std_min: lower bound of the standard deviation, or ``None``.
       std_max: upper bound of the standard deviation, or ``None``.
       clip: bound ``c`` of the symmetric clip of normalized values, or ``None``.
@@ -117,6 +147,8 @@ class ObservationConfig(base.Config):
     dtype: np.dtype
     statistics: Statistics = SHARED
     finite_observations: bool = False
+    epsilon_on: str = "variance"
+    until_count: int | None = None
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
 
     def __post_init__(self) -> None:
@@ -141,6 +173,10 @@ class ObservationConfig(base.Config):
                 "give std_min (Brax's 1e-6), an epsilon > 0, or a prior."
             )
         checks.check_bool("normalize_first", self.normalize_first)
+        checks.check_choice("epsilon_on", self.epsilon_on, ("variance", "std"))
+        if self.until_count is not None:
+            until = checks.check_count("until_count", self.until_count, minimum=1, maximum=2**64 - 1)
+            object.__setattr__(self, "until_count", until)
         finite = checks.check_bool("finite_observations", self.finite_observations)
         object.__setattr__(self, "finite_observations", finite)
         check_statistics(self.statistics)
@@ -237,6 +273,8 @@ def normalize_observation(
     std_min=_FROM_PRESET,
     std_max=_FROM_PRESET,
     prior_count=_FROM_PRESET,
+    epsilon_on=_FROM_PRESET,
+    until_count=_FROM_PRESET,
     statistics: Statistics = SHARED,
     finite_observations: bool = False,
     dtype=None,
@@ -245,14 +283,32 @@ def normalize_observation(
     r"""Normalizes observations by the running mean and variance of each feature.
 
     Args:
-      preset: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"`` or
-        ``"brax"``: whose arithmetic to reproduce (the table above, and
-        :doc:`/observations`).
-      epsilon: added to the variance under the square root (preset's if not given).
+      preset: ``"gymnasium"`` (default), ``"purejaxrl"``, ``"sb3"``,
+        ``"brax"``, ``"brax_ema"`` or ``"rsl_rl"``: whose arithmetic to
+        reproduce (the table above, and :doc:`/observations`).
+      epsilon: added to the variance under the square root, or to the
+        standard deviation with ``epsilon_on="std"`` (preset's if not given).
       clip: bound of the symmetric clip of the normalized values, or ``None``.
       std_min: lower bound of the standard deviation, or ``None``.
       std_max: upper bound of the standard deviation, or ``None``.
       prior_count: the prior's weight (mean 0, variance 1), or 0 for none.
+      epsilon_on: where epsilon goes: ``"variance"`` (every preset but
+        ``rsl_rl``) or ``"std"`` (``rsl_rl``). The divisor is
+
+        .. math::
+            \sigma = \operatorname{clip}\!\left(\sqrt{\sigma^2_{run} + \epsilon},
+            \sigma_{min}, \sigma_{max}\right) \quad\text{or}\quad
+            \sigma = \operatorname{clip}\!\left(\sqrt{\sigma^2_{run}},
+            \sigma_{min}, \sigma_{max}\right) + \epsilon,
+
+        where, without a prior, the clipped root is 1 before the first sample.
+      until_count: ``None`` (default: always learn), or a count
+        :math:`u \ge 1` (rsl_rl's ``until``): each feature learns from a batch
+        while the samples it counted before the batch number fewer than
+        :math:`u`, so the batch that takes it to :math:`u` or past is merged
+        whole, and every later one is left out, as ``update_stats=False``
+        leaves it out. (Brax's ``until_count`` is a different rule, of its
+        trainer: see :func:`rewardnorm_jax.brax.to_running_statistics`.)
       statistics: where the statistics live
         (:class:`~rewardnorm_jax.Statistics`): ``Statistics()`` (default),
         one set per feature shared by the batch; ``Statistics(per_env=True)``,
@@ -325,6 +381,8 @@ def normalize_observation(
         "std_min": std_min,
         "std_max": std_max,
         "clip": clip,
+        "epsilon_on": epsilon_on,
+        "until_count": until_count,
     }
     options = {**chosen, **{name: v for name, v in given.items() if v is not _FROM_PRESET}}
     config = ObservationConfig.checked(
@@ -606,6 +664,23 @@ def _selected(active, weights, update_stats, batch_shape, leaf_shape):
     return checks.spread(jnp.broadcast_to(flags, batch_shape), leaf_shape)
 
 
+def _learning(config: ObservationConfig, stats: rs.RunningStats, task, selected, leaf_shape):
+    """``selected``, and with ``until_count`` only the features whose count is below it.
+
+    The count's two words are compared with ``until_count``'s, exactly at any
+    count. With per-task statistics each entry reads its task's count; an id
+    outside ``[0, K)`` (NaN there) learns nothing, as it joins no set anyway.
+    """
+    if config.until_count is None:
+        return selected
+    hi, lo = (jnp.uint32(word) for word in divmod(config.until_count, 2**32))
+    below = (stats.count_hi < hi) | ((stats.count_hi == hi) & (stats.count_lo < lo))
+    if task is not None:
+        below = rs.per_key(below.astype(stats.mean.dtype), task) > 0
+    below = jnp.broadcast_to(below, leaf_shape)
+    return below if selected is None else selected & below
+
+
 def _check_batch_shape(name: str, value, batch_shape):
     if jnp.shape(value) != batch_shape:
         raise ValueError(
@@ -644,7 +719,13 @@ def _update(config, state, observations, update_stats, active, weights, task):
             config,
             stats,
             leaf,
-            _selected(active, weights, update_stats, batch_shape, checks.shape_of(leaf)),
+            _learning(
+                config,
+                stats,
+                task,
+                _selected(active, weights, update_stats, batch_shape, checks.shape_of(leaf)),
+                checks.shape_of(leaf),
+            ),
             weights,
         )
         for leaf, stats in pairs
@@ -698,15 +779,18 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
 def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
     r"""The divisor :math:`\mathrm{clip}(\sqrt{\sigma^2 + \epsilon}, \sigma_{min}, \sigma_{max})`.
 
-    Statistics without a prior have no variance before their first sample:
-    the divisor is 1 there (Brax's initial ``std``).
+    With ``epsilon_on="std"``, :math:`\mathrm{clip}(\sqrt{\sigma^2},
+    \sigma_{min}, \sigma_{max}) + \epsilon`. Statistics without a prior have
+    no variance before their first sample: the clipped root is 1 there (Brax's
+    and rsl_rl's initial ``std``).
     """
-    divisor = jnp.sqrt(stats.var + config.epsilon)
+    on_variance = config.epsilon_on == "variance"
+    divisor = jnp.sqrt(stats.var + config.epsilon) if on_variance else jnp.sqrt(stats.var)
     if config.std_min is not None or config.std_max is not None:
         divisor = jnp.clip(divisor, config.std_min, config.std_max)
     if config.prior_count == 0:
         divisor = jnp.where(stats.sample_count > 0, divisor, 1.0)
-    return divisor
+    return divisor if on_variance else divisor + config.epsilon
 
 
 def _on_floating_leaves(config: ObservationConfig, state, observations, transform, task):
