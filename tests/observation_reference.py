@@ -21,10 +21,8 @@ Each follows its project's code line by line, in float64:
   ``count += b``, ``rate = b / count`` and the batch's mean and (biased)
   variance move the running ones by ``rate``; ``forward`` is
   ``(x - mean) / (std + eps)``, ``inverse`` ``y * (std + eps) + mean``.
-  FastTD3's copy (github.com/younggyoseo/FastTD3, ``fast_td3/fast_td3_utils.py``
-  at commit 229ed59bbf43ea2f7a2d5d90d1076314839944d7) merges the same moments
-  as ``M2 = var * count + var_b * b + delta**2 * count * b / (count + b)``, the
-  same numbers in exact arithmetic, and its ``forward`` updates first.
+  Its ``update`` comes before ``forward`` on every environment step
+  (``rsl_rl/algorithms/ppo.py``, ``process_env_step``), as in ``step`` here.
 """
 
 import numpy as np

@@ -165,3 +165,42 @@ def test_mismatched_shapes_are_refused_naming_the_parameter():
         rnb.policy_function(make_policy, params[1:])
     with pytest.raises(TypeError, match="params should be Brax's parameters"):
         rnb.with_normalizer(params[0], norm.config, norm.init(jnp.zeros(OBS)))
+
+
+@pytest.mark.parametrize("flag", ["no", 0, 1, None, jnp.array([True])])
+def test_deterministic_should_be_a_bool(flag):
+    make_policy, params = agent("ppo")
+    with pytest.raises(TypeError, match=r"deterministic should be a bool, got deterministic="):
+        rnb.policy_function(make_policy, params, deterministic=flag)
+
+
+def test_statistics_updated_with_other_std_bounds():
+    """Brax's std clamped at std_max_value=1e3 (features of scale 3e4): given, the policy is Brax's."""
+    make_policy, params = agent("ppo")
+    wide = running_statistics.update(
+        running_statistics.init_state(jnp.zeros(OBS)), observations(13) * 1e3, std_max_value=1e3
+    )
+    assert float(jnp.max(wide.std)) == 1e3
+    with pytest.raises(ValueError, match="as std_min and std_max"):
+        rnb.policy_function(make_policy, (wide, *params[1:]))
+    act = rnb.policy_function(make_policy, (wide, *params[1:]), std_max=1e3)
+    obs = observations(14) * 1e3
+    want = make_policy((wide, *params[1:]), deterministic=True)(obs, KEY)[0]
+    np.testing.assert_allclose(act(obs), want, rtol=RTOL, atol=ATOL)
+
+
+def test_with_normalizer_keeps_the_mode_of_brax_statistics():
+    make_policy, params = agent("sac")
+    ema = running_statistics.init_state(jnp.zeros(OBS), mode="ema")
+    norm = rn.normalize_observation("brax_ema")
+    state = norm.update(norm.init(jnp.zeros(OBS)), observations(15))
+    given = rnb.with_normalizer((ema, *params[1:]), norm.config, state)
+    assert given[0].mode == running_statistics.NormalizationMode.EMA
+    obs = observations(16)
+    identity = running_statistics.init_state(jnp.zeros(OBS))
+    got = make_policy(given, True)(obs, KEY)[0]
+    want = make_policy((identity, *params[1:]), True)(norm.apply(state, obs), KEY)[0]
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    welford = rn.normalize_observation("brax")
+    with pytest.raises(ValueError, match=r"mode='welford', params\[0\] is in mode='ema'"):
+        rnb.with_normalizer((ema, *params[1:]), welford.config, state)

@@ -280,6 +280,7 @@ ENTRIES = {
     **{f"normalize_observation:{p}": observations(p) for p in ("gymnasium", "sb3", "brax")},
     "normalize_observation:tree": observations("gymnasium", tree=True),
     "normalize_observation:finite": observations("brax", finite_observations=True),
+    "normalize_observation:rsl_rl:until": observations("rsl_rl", until_count=64),
     "popart": popart_entry(),
     "two_hot": encoder("two_hot"),
     "hl_gauss": encoder("hl_gauss"),
