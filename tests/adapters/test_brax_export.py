@@ -175,7 +175,7 @@ def test_deterministic_should_be_a_bool(flag):
 
 
 def test_statistics_updated_with_other_std_bounds():
-    """Brax's std clamped at std_max_value=1e3 (features of scale 3e4): given, the policy is Brax's."""
+    """Brax's std clamped at std_max_value=1e3 (features of scale 3e4): given it, Brax's policy."""
     make_policy, params = agent("ppo")
     wide = running_statistics.update(
         running_statistics.init_state(jnp.zeros(OBS)), observations(13) * 1e3, std_max_value=1e3

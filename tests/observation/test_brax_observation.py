@@ -148,7 +148,7 @@ def test_ema_mode_state_converts_its_variance():
 
 
 def brax_ema_state(until_count, std_eps=0.02):
-    """Brax's own EMA statistics (std_eps 0.02) from 12 batches of 32, frozen past ``until_count``."""
+    """Brax's EMA statistics (std_eps 0.02) of 12 batches of 32, frozen past ``until_count``."""
     update = jax.jit(running_statistics.update, static_argnames="until_count")
     brax_state = running_statistics.init_state(jnp.zeros(DIM), std_eps=std_eps, mode="ema")
     for batch in batches(14):
@@ -159,7 +159,10 @@ def brax_ema_state(until_count, std_eps=0.02):
 def assert_same_brax_state(got, expected):
     assert got.mode == expected.mode
     assert np.float32(got.std_eps) == np.float32(expected.std_eps)
-    assert (int(got.count.hi), int(got.count.lo)) == (int(expected.count.hi), int(expected.count.lo))
+    assert (int(got.count.hi), int(got.count.lo)) == (
+        int(expected.count.hi),
+        int(expected.count.lo),
+    )
     for name in ("mean", "summed_variance", "std"):
         np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
 
@@ -195,7 +198,9 @@ def test_ema_round_trip_keeps_mode_std_eps_and_until_freeze(until_count):
 def test_ema_variance_and_64_bit_count_read_and_given_back():
     """A count past 2**32 (words 3 and 7): the EMA variance is M / n, M held in two words."""
     brax_state, update = brax_ema_state(None)
-    brax_state = brax_state.replace(count=brax_state.count.replace(hi=jnp.uint32(3), lo=jnp.uint32(7)))
+    brax_state = brax_state.replace(
+        count=brax_state.count.replace(hi=jnp.uint32(3), lo=jnp.uint32(7))
+    )
     count = 3 * 2**32 + 7
     norm, state = rnb.from_running_statistics(brax_state)
     assert (rn.count_as_int(state.stats) == count).all()

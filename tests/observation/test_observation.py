@@ -169,9 +169,7 @@ def test_until_count_reads_the_counts_two_words():
 
 def test_until_count_per_task_and_per_environment():
     """Each set stops on its own count: task 0 after its first batch of 3, task 1 at 4."""
-    norm = rn.normalize_observation(
-        "rsl_rl", until_count=3, statistics=rn.Statistics(num_tasks=2)
-    )
+    norm = rn.normalize_observation("rsl_rl", until_count=3, statistics=rn.Statistics(num_tasks=2))
     state = norm.init(jnp.zeros(()))
     task = jnp.array([0, 0, 0, 1, 1])
     state = norm.update(state, jnp.array([1.0, 2.0, 3.0, 10.0, 20.0]), task=task)
@@ -319,7 +317,9 @@ def test_bad_options_name_themselves(options, message):
 
 @pytest.mark.parametrize("until", [1.5, True, "10", 1e3])
 def test_until_count_should_be_an_integer(until):
-    with pytest.raises(TypeError, match=f"until_count should be an integer, got until_count={until!r}"):
+    with pytest.raises(
+        TypeError, match=f"until_count should be an integer, got until_count={until!r}"
+    ):
         rn.normalize_observation("rsl_rl", until_count=until)
 
 

@@ -175,7 +175,9 @@ class ObservationConfig(base.Config):
         checks.check_bool("normalize_first", self.normalize_first)
         checks.check_choice("epsilon_on", self.epsilon_on, ("variance", "std"))
         if self.until_count is not None:
-            until = checks.check_count("until_count", self.until_count, minimum=1, maximum=2**64 - 1)
+            until = checks.check_count(
+                "until_count", self.until_count, minimum=1, maximum=2**64 - 1
+            )
             object.__setattr__(self, "until_count", until)
         finite = checks.check_bool("finite_observations", self.finite_observations)
         object.__setattr__(self, "finite_observations", finite)
