@@ -375,6 +375,16 @@ def normalize_observation(
       >>> obs, state = norm.step(state, jnp.array([5.0, 1.0, 3.0]), task=jnp.array([0, 1, 1]))
       >>> state.stats.mean.tolist(), obs.tolist()  # brax normalizes first
       ([5.0, 2.0], [5.0, 1.0, 3.0])
+
+      rsl_rl's arithmetic, learning until the count reaches 2:
+
+      >>> norm = normalize_observation("rsl_rl", until_count=2)
+      >>> obs, state = norm.step(norm.init(jnp.zeros(())), jnp.array([1.0, 3.0]))
+      >>> [round(float(x), 4) for x in obs]  # (x - 2) / (1 + 0.01)
+      [-0.9901, 0.9901]
+      >>> obs, state = norm.step(state, jnp.array([9.0]))  # frozen: count 2
+      >>> float(state.stats.mean), round(float(obs[0]), 4)
+      (2.0, 6.9307)
     """
     chosen = OBSERVATION_PRESETS[checks.check_choice("preset", preset, tuple(OBSERVATION_PRESETS))]
     given = {
