@@ -35,8 +35,10 @@ rsl_rl     0            1e-2, on the std none; 1 before data          none   upd
 mode (its rate :math:`b / n` update is the exact merge), its state holding
 the variance rather than its sum;
 :func:`rewardnorm_jax.brax.to_running_statistics` gives a state of that mode.
-``rsl_rl`` is rsl_rl's ``EmpiricalNormalization`` (FastTD3's copy too), which
-adds epsilon to the standard deviation (``epsilon_on="std"``):
+(Given ``weights``, Brax's EMA mode averages the batch unweighted and counts
+their total; the preset weighs the entries, as the Welford mode does.)
+``rsl_rl`` is rsl_rl's ``EmpiricalNormalization``, which adds epsilon to
+the standard deviation (``epsilon_on="std"``):
 
 .. math::
     \tilde x = \frac{x - \mu}{\sigma + \epsilon}, \qquad
@@ -99,7 +101,7 @@ OBSERVATION_PRESETS: dict[str, dict[str, Any]] = {
     "brax": _preset(0.0, 0.0, 1e-6, 1e6, None, True),
     # The same in mode='ema': the statistics are the same, its state holds the variance.
     "brax_ema": _preset(0.0, 0.0, 1e-6, 1e6, None, True),
-    # rsl_rl.modules.EmpiricalNormalization (eps=1e-2, until=None), FastTD3's copy too.
+    # rsl_rl.modules.EmpiricalNormalization (eps=1e-2, until=None): epsilon on the std.
     "rsl_rl": _preset(0.0, 1e-2, None, None, None, False, epsilon_on="std"),
 }
 """The presets' options by name; each reproduces its library's numbers (float32 rounding aside)."""
