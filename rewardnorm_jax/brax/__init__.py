@@ -18,8 +18,10 @@ API:
 * ``from_running_statistics(brax_state)`` -> ``(normalizer, state)`` and
   ``to_running_statistics(config, state)``: Brax's observation statistics
   (``params[0]`` of its trainers) to and from
-  :func:`rewardnorm_jax.normalize_observation`'s, counts exact.
-* ``policy_function(make_policy, params, *, deterministic=True)``: a trained
+  :func:`rewardnorm_jax.normalize_observation`'s, counts exact, mode
+  (``"brax"`` / ``"brax_ema"`` preset) and ``std_eps`` kept.
+* ``policy_function(make_policy, params, *, deterministic=True, std_min=1e-6,
+  std_max=1e6)``: a trained
   Brax policy as one pure, exportable function of the raw observation, its
   normalizer (``params[0]``) inside as the library's; ``with_normalizer(params,
   config, state)``: a library-trained normalizer in the ``params`` of Brax's
