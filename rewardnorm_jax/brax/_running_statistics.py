@@ -14,7 +14,9 @@ numbers), as a trainer's parameters are handed over. Both keep:
 * the mode: a ``mode='welford'`` state is the ``"brax"`` preset's, a
   ``mode='ema'`` state the ``"brax_ema"`` preset's, and each goes back in its
   mode. Brax's trainers honour their ``normalize_until_count`` in ``'ema'``
-  mode alone, so a state frozen by it stays frozen when given back;
+  mode alone, so a state frozen by it stays frozen when given back (its count
+  goes on growing there, and is read as it is: the library and Brax then
+  continue alike);
 * ``std_eps``, as the normalizer's ``epsilon`` (rounded to the statistics'
   dtype, as Brax adds it);
 * the mean, and the summed variance :math:`M` (Welford mode) or the variance
