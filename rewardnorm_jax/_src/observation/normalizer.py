@@ -703,7 +703,11 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
     entries repeated, with the count exact while a batch's weights total at
     most :math:`2^{24}` (float32 statistics; :math:`2^{53}` in float64), and
     equal Brax's ``running_statistics.update(..., weights=w)`` under the
-    ``"brax"`` preset. Fractional weights weigh the entries within their
+    ``"brax"`` preset. Any weights the dtype holds are taken: their total
+    may pass its range, and the statistics' weight past :math:`2^{64}`,
+    where the past and the batch merge in their proportions and the count
+    stays at :math:`2^{64} - 1`
+    (:func:`~rewardnorm_jax._src.stats.running.merge_checked`). Fractional weights weigh the entries within their
     batch, and the batch weighs its total rounded: a batch of total weight
     below 1/2 changes nothing. (Brax adds the total's integer part to its
     count and divides its weighted sums by that count, which is a weighted

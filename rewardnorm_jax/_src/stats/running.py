@@ -12,7 +12,8 @@ count is large, small mean increments are rounded away; and with one sample
 per update the variance drifts by percents. Here:
 
 * the count is two ``uint32`` words (``count_hi``, ``count_lo``) added with
-  carry: exact to the sample up to :math:`2^{64}`, in float32 and float64 alike;
+  carry: exact to the sample up to :math:`2^{64} - 1`, in float32 and float64
+  alike, where it stays (weighted batches may fill it: :func:`merge_checked`);
 * the mean and the sum of squared deviations :math:`M` are each kept as an
   unevaluated sum of two floats (``mean + mean_low``, ``m2 + m2_low``) and
   every increment is added with an error-free two-sum, so rounding errors are
@@ -705,6 +706,16 @@ def merge_checked(
     :math:`2^{53}` in float64). Fractional weights weigh the entries within
     the batch, and the batch weighs its total rounded to the nearest integer
     (half to even): a batch of total weight below 1/2 changes nothing.
+
+    Range. The weights are summed at the power of two that brings each
+    statistic's largest into [1, 2) (:func:`_weight_scale`): an exact scaling,
+    so the weighted moments are unchanged and a total past the dtype's range
+    (float32 weights of 3e38) is summed. :math:`\operatorname{round}(W)`
+    joins the count in both of its words. Where the statistics' weight
+    :math:`n` and :math:`W` together pass :math:`2^{64}`, what the count
+    holds, both are scaled to a total of :math:`2^{64}` (:math:`M` with the
+    past): the merged mean and variance are those of the whole weight, and
+    the count stays at :math:`2^{64} - 1`.
 
     Args:
       stats: the statistics.
