@@ -216,8 +216,11 @@ def placed(name):
 @pytest.mark.parametrize("mine", sorted(PLACEMENT_WORDS))
 @pytest.mark.parametrize("theirs", sorted(PLACEMENT_WORDS))
 def test_a_state_of_another_placement_is_refused_naming_both(mine, theirs):
-    """In step, update, apply and denormalize, with and without jit: shapes that fit (a per-task
-    (3, 2) state read as one (3, 2) observation) let no state of another placement through."""
+    """Refused in step, update, apply and denormalize, with and without jit.
+
+    Shapes that fit (a per-task (3, 2) state read as one (3, 2) observation) let no state of
+    another placement through.
+    """
     norm, own, obs = placed(mine)
     _, state, _ = placed(theirs)
     task = {"task": jnp.zeros((4,), jnp.int32)} if mine == "per_task" else {}
@@ -264,7 +267,6 @@ def test_checkpoints_round_trip_and_refuse_another_layout():
             rn.save_state(task_state, per_task.config),
             two_tasks.config,
         )
-
 
 
 def without_static(data: bytes, names) -> bytes:

@@ -246,7 +246,9 @@ def test_weights_whose_float_total_overflows_keep_the_weighted_moments():
     np.testing.assert_allclose(state.stats.var, steps.var(0), rtol=1e-6)
     # Two participants of a named vmap, one entry of weight 3e38 each: their total overflows.
     shared = rn.normalize_observation("brax", axis_name="i")
-    split = jax.vmap(lambda x, w: shared.update(brax.init(jnp.zeros(2)), x, weights=w), axis_name="i")
+    split = jax.vmap(
+        lambda x, w: shared.update(brax.init(jnp.zeros(2)), x, weights=w), axis_name="i"
+    )
     state = split(PAIR[:, None], heavy[:, None])
     np.testing.assert_allclose(state.stats.mean, [[2.0, 3.0]] * 2, rtol=1e-6)
     np.testing.assert_allclose(state.stats.var, [[1.0, 1.0]] * 2, rtol=1e-6)

@@ -707,9 +707,10 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
     may pass its range, and the statistics' weight past :math:`2^{64}`,
     where the past and the batch merge in their proportions and the count
     stays at :math:`2^{64} - 1`
-    (:func:`~rewardnorm_jax._src.stats.running.merge_checked`). Fractional weights weigh the entries within their
-    batch, and the batch weighs its total rounded: a batch of total weight
-    below 1/2 changes nothing. (Brax adds the total's integer part to its
+    (:func:`~rewardnorm_jax._src.stats.running.merge_checked`). Fractional
+    weights weigh the entries within their batch, and the batch weighs its
+    total rounded: a batch of total weight below 1/2 changes nothing. (Brax
+    adds the total's integer part to its
     count and divides its weighted sums by that count, which is a weighted
     mean only for totals that are integers.) A weight of 0 is
     ``active=False`` for its entry; ``active`` and ``weights`` together both
