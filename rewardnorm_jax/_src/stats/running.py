@@ -671,7 +671,8 @@ def _weight_scale(largest, axis_name):
     The same on every participant along ``axis_name``. Weights scaled by it sum
     without overflow (their total is at most the number of entries times 2),
     and their sums are exact scalings of the unscaled ones, so every weighted
-    mean and variance is unchanged; a selected entry's total is at least 1.
+    mean and variance is unchanged. A statistic with an entry of weight > 0
+    totals at least 1, the divisor its batch moments need.
     """
     if axis_name is not None:
         largest = jax.lax.pmax(largest, axis_name)
