@@ -226,7 +226,7 @@ def new_stats(shape: tuple[int, ...], objectives: bool = True) -> RunningMeanStd
     return ObjectiveStats(*shape) if objectives and len(shape) == 1 else RunningMeanStd(shape)
 
 
-def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
+def own_stats(rms, objectives: bool = True, name: str = "return_rms") -> RunningMeanStd:
     """Running statistics as this library's: its own as they are, another's as a copy.
 
     Gymnasium's (or SB3's) ``RunningMeanStd`` becomes a :class:`RunningMeanStd` of its shape
@@ -241,7 +241,7 @@ def own_stats(rms, objectives: bool = True) -> RunningMeanStd:
         copy_stats(rms, stats)
     except ValueError as error:
         raise ValueError(
-            f"return_rms was assigned {describe_stats(rms)} that converts to no statistics of "
+            f"{name} was assigned {describe_stats(rms)} that converts to no statistics of "
             f"this library: {error}"
         ) from error
     return stats

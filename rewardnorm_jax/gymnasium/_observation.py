@@ -54,7 +54,7 @@ class ObservationStatistics(HostStatistics):
                 f"obs_rms should be running statistics of shape {shape} (the observation's), "
                 f"got {describe_stats(value)}."
             )
-        self._obs_rms = own_stats(value, objectives=False)
+        self._obs_rms = own_stats(value, objectives=False, name="obs_rms")
 
     def _normalize(self, observations, batch_shape: tuple[int, ...]) -> np.ndarray:
         """Merges ``observations`` (``batch_shape`` + the feature shape) if learning; normalized."""

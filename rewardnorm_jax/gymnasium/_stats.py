@@ -168,7 +168,7 @@ class RunningMeanStd:
 
     def _set(self, moments: np.ndarray, samples: np.ndarray) -> None:
         """Checks statistics and writes them in place (views of these statistics see them)."""
-        _host_stats(moments, samples).check_values("return_rms")
+        _host_stats(moments, samples).check_values(type(self).__name__)
         self._moments[...], self._samples[...] = moments, samples
 
     def update(self, x) -> None:

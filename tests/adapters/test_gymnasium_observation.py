@@ -190,6 +190,30 @@ def test_assigned_statistics_are_shared_or_converted():
         evaluation.obs_rms = None
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("var", np.full(2, -1.0), r"var holds -1\.0; expected a variance >= 0"),
+        ("mean", np.full(2, np.nan), r"RunningMeanStd\.mean holds nan; expected a finite mean"),
+        ("count", 0.0, r"count holds 0\.0; expected a number of samples plus the prior"),
+    ],
+)
+@pytest.mark.parametrize("vector", [False, True])
+def test_invalid_assigned_statistics_are_refused_naming_obs_rms(field, value, message, vector):
+    if vector:
+        env: Any = rn_vector.NormalizeObservation(
+            gym.make_vec("MountainCar-v0", 2, vectorization_mode="sync")
+        )
+    else:
+        env = NormalizeObservation(ScriptedObservations(np.zeros((2, 2))))
+    theirs = GymRunningMeanStd(shape=(2,))
+    setattr(theirs, field, value)
+    before = env.obs_rms
+    with pytest.raises(ValueError, match=r"^obs_rms was assigned a RunningMeanStd .*" + message):
+        env.obs_rms = theirs
+    assert env.obs_rms is before  # nothing written
+
+
 def test_refusals_name_what_is_wrong():
     dict_space = gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,))})
     with pytest.raises(ValueError, match="requires the observation space to have a shape"):

@@ -213,6 +213,29 @@ def test_weighted_masks_match_each_trainer_in_float32_and_float64(convention, sh
             assert_close(jax.jit(whiten)(values, weights), want, tolerance)
 
 
+@pytest.mark.parametrize("convention", WHITENING)
+def test_weights_whose_total_passes_the_dtype_whiten_as_their_proportions_say(convention):
+    # Every weight 3e38 passes the check; their float32 total does not fit. With W ~ 1e39
+    # the ddof and count epsilon vanish beside W: the population variance, in every convention
+    # (up to the 1e-8 that verl and Tunix add to it).
+    values = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+    heavy = np.full(values.shape, 3e38, np.float32)
+    want = whiten_reference(convention, values, heavy.astype(np.float64))
+    assert_close(want, [[-1.3416407865, -0.4472135955, 0.4472135955, 1.3416407865]], 1e-8)
+    assert_close(rn.masked_whiten(values, heavy, convention=convention), want)
+    assert_close(jax.jit(partial(rn.masked_whiten, convention=convention))(values, heavy), want)
+    # Weights in [0, 3) times 2^125: a float32 total of about 1e40, the references in float64.
+    values, weights = weighted_tokens(22, np.float32)
+    weights = weights * np.float32(2.0**125)
+    assert np.isinf(weights.sum(dtype=np.float32))
+    want = (
+        exact_whiten(values, weights)
+        if convention == "exact"
+        else whiten_reference(convention, np.where(weights != 0, values, 0), weights)
+    )
+    assert_close(rn.masked_whiten(values, weights, convention=convention), want, 1e-5)
+
+
 def test_a_weight_of_one_or_less_is_nan_where_the_trainers_divide_by_zero_or_less():
     # verl's and Tunix's unbiased variance multiplies by W / (W - 1): W = 1 divides by 0
     # (verl raises), W < 1 makes it negative. The library's convention gives 0 there.

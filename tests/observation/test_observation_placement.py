@@ -6,11 +6,13 @@ fed the whole batch with ``active=task == k``, which merges the same entries.
 """
 
 import functools
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import serialization
 
 import rewardnorm_jax as rn
 
@@ -190,6 +192,55 @@ def test_refusals_name_the_parameter_and_what_is_valid():
         per_task.apply(shared.init(jnp.zeros(2)), jnp.ones(2), task=jnp.array(0))
 
 
+PLACEMENT_WORDS = {
+    "shared": r"one set shared by the batch \(Statistics\(\)\)",
+    "per_env": r"one set per environment \(Statistics\(per_env=True\)\)",
+    "per_task": r"one set per task \(Statistics\(num_tasks=3\)\)",
+}
+
+
+def placed(name):
+    """``(normalizer, state, observations)`` of one placement; every state's statistics (3, 2).
+
+    Shared (3, 2) features, 3 tasks of (2,) features, and one environment (no environment
+    axis) of (3, 2) features: each state's shapes fit every other placement.
+    """
+    statistics = {"shared": rn.Statistics(), "per_env": PER_ENV, "per_task": PER_TASK}[name]
+    norm = rn.normalize_observation(statistics=statistics)
+    one = jnp.zeros(2) if name == "per_task" else jnp.zeros((3, 2))
+    state = norm.init(one, batch_shape=() if name == "per_env" else None)
+    assert state.stats.mean.shape == (3, 2)
+    return norm, state, jnp.ones((4, *one.shape))
+
+
+@pytest.mark.parametrize("mine", sorted(PLACEMENT_WORDS))
+@pytest.mark.parametrize("theirs", sorted(PLACEMENT_WORDS))
+def test_a_state_of_another_placement_is_refused_naming_both(mine, theirs):
+    """Refused in step, update, apply and denormalize, with and without jit.
+
+    Shapes that fit (a per-task (3, 2) state read as one (3, 2) observation) let no state of
+    another placement through.
+    """
+    norm, own, obs = placed(mine)
+    _, state, _ = placed(theirs)
+    task = {"task": jnp.zeros((4,), jnp.int32)} if mine == "per_task" else {}
+    calls = {
+        "step": lambda s: norm.step(s, obs, **task),
+        "update": lambda s: norm.update(s, obs, **task),
+        "apply": lambda s: norm.apply(s, obs, **task),
+        "denormalize": lambda s: norm.denormalize(s, obs, **task),
+    }
+    for call in calls.values():
+        if mine == theirs:
+            call(own)
+            continue
+        message = f"state holds {PLACEMENT_WORDS[theirs]}, but this normalizer keeps "
+        with pytest.raises(ValueError, match=message + PLACEMENT_WORDS[mine]):
+            call(state)
+        with pytest.raises(ValueError, match=message + PLACEMENT_WORDS[mine]):
+            jax.jit(call)(state)
+
+
 def test_checkpoints_round_trip_and_refuse_another_layout():
     per_env = rn.normalize_observation(statistics=PER_ENV)
     per_task = rn.normalize_observation(statistics=PER_TASK)
@@ -216,6 +267,39 @@ def test_checkpoints_round_trip_and_refuse_another_layout():
             rn.save_state(task_state, per_task.config),
             two_tasks.config,
         )
+
+
+def without_static(data: bytes, names) -> bytes:
+    """The checkpoint ``data`` as written before its state recorded the static ``names``."""
+    record = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
+    record["static"] = {k: v for k, v in record["static"].items() if k not in names}
+    body = serialization.msgpack_serialize(record)
+    return serialization.msgpack_serialize(
+        {"format": "rewardnorm_jax.state", "crc32": zlib.crc32(body), "body": body}
+    )
+
+
+def test_checkpoints_saved_before_the_placement_was_recorded_load_into_their_placement():
+    per_env = rn.normalize_observation(statistics=PER_ENV)
+    per_task = rn.normalize_observation(statistics=PER_TASK)
+    x = jnp.arange(6.0).reshape(3, 2)
+    for norm, state, template in (
+        (
+            per_env,
+            per_env.update(per_env.init(jnp.zeros(2), batch_shape=(3,)), x),
+            per_env.init(jnp.zeros(2), batch_shape=(3,)),
+        ),
+        (
+            per_task,
+            per_task.update(per_task.init(jnp.zeros(2)), x, task=jnp.array([2, 0, 2])),
+            per_task.init(jnp.zeros(2)),
+        ),
+    ):
+        older = without_static(rn.save_state(state, norm.config), ("per_env", "num_tasks"))
+        loaded = rn.load_state(template, older, norm.config)
+        jax.tree.map(np.testing.assert_array_equal, loaded, state)
+        assert (loaded.per_env, loaded.num_tasks) == (state.per_env, state.num_tasks)
+        norm.apply(loaded, x, **({"task": jnp.zeros(3, jnp.int32)} if norm.num_tasks else {}))
 
 
 STEPS = 3
@@ -288,3 +372,48 @@ def test_brax_conversion_refuses_statistics_per_environment_or_per_task():
         norm = rn.normalize_observation("brax", statistics=statistics)
         with pytest.raises(ValueError, match=r"statistics=Statistics\(.*Brax's single set"):
             rnb.to_running_statistics(norm.config, norm.init(jnp.zeros(2), batch_shape=(3,)))
+
+
+def reset_with_stats_of_another_placement(suite):
+    """``(reset of per-environment statistics, a shared state that fits it)`` for ``suite``.
+
+    Each pair is one environment (no environment axis): the per-environment statistics have a
+    shared state's shapes.
+    """
+    key = jax.random.key(0)
+    if suite == "gymnax":
+        gymnax, rngym = gymnax_suite()
+        base, params = gymnax.make("Pendulum-v1")
+        per_env = rngym.NormalizeObservation(base, statistics=PER_ENV)
+        _, shared = rngym.NormalizeObservation(base, per_env=True).reset(key, params)
+        return functools.partial(per_env.reset, key, params), rngym.get_observation_state(shared)
+    if suite == "jumanji":
+        jumanji = pytest.importorskip("jumanji", reason="the jumanji extra is not installed")
+        import rewardnorm_jax.jumanji as rnj
+
+        base = jumanji.make("Snake-v1")
+        per_env = rnj.NormalizeObservation(base, statistics=PER_ENV)
+        shared, _ = rnj.NormalizeObservation(base, per_env=True).reset(key)
+        return functools.partial(per_env.reset, key), rnj.get_observation_state(shared)
+    jaxmarl = pytest.importorskip("jaxmarl", reason="the jaxmarl extra is not installed")
+    import rewardnorm_jax.jaxmarl as rnm
+
+    base = jaxmarl.make("MPE_simple_spread_v3")
+    per_env = rnm.NormalizeObservation(base, statistics=PER_ENV)
+    _, shared = rnm.NormalizeObservation(base, per_env=True).reset(key)
+    return functools.partial(per_env.reset, key), rnm.get_observation_state(shared)
+
+
+@pytest.mark.parametrize("suite", ["gymnax", "jumanji", "jaxmarl"])
+def test_wrappers_refuse_stats_from_of_another_placement_naming_stats_from(suite):
+    reset, shared = reset_with_stats_of_another_placement(suite)
+    fresh = reset()
+    mine = fresh[0] if suite == "jumanji" else fresh[1]  # jumanji's reset: (state, timestep)
+    assert jax.tree.map(jnp.shape, mine.obs_state.stats) == jax.tree.map(jnp.shape, shared.stats)
+    with pytest.raises(
+        ValueError,
+        match=r"stats_from holds one set shared by the batch \(Statistics\(\)\), but this "
+        r"normalizer keeps one set per environment \(Statistics\(per_env=True\)\)",
+    ):
+        reset(stats_from=shared)
+    reset(stats_from=mine.obs_state)  # its own placement continues

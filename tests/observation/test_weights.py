@@ -162,3 +162,103 @@ def test_denormalize_inverts_apply_but_not_its_clip_and_integers_pass():
     np.testing.assert_allclose(back["x"][3], np.asarray(stats.mean) + 10 * sigma, rtol=1e-6)
     assert back["id"].dtype == np.int32
     np.testing.assert_array_equal(back["id"], probe["id"])
+
+
+MOST = 2**64 - 1  # the largest count the two words hold
+PAIR = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)  # weighted alike: mean [2, 3], var [1, 1]
+
+
+def merged(prior_count, batches):
+    """Float64 mean and variance of weighted batches merged into a prior of mean 0, variance 1."""
+    n, mean, m2 = prior_count, np.zeros(2), np.full(2, prior_count)
+    for x, w in batches:
+        x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)[:, None]
+        total = w.sum()
+        batch_mean = (w * x).sum(0) / total
+        batch_var = (w * (x - batch_mean) ** 2).sum(0) / total
+        delta, n_new = batch_mean - mean, n + total
+        mean = mean + delta * total / n_new
+        m2 = m2 + batch_var * total + delta**2 * n * total / n_new
+        n = n_new
+    return mean, m2 / n
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_weight_totals_past_2_to_the_32_count_exactly_with_the_weighted_variance(jit):
+    norm = rn.normalize_observation()
+    update = jax.jit(norm.update) if jit else norm.update
+    weights = np.array([3e9, 3e9], np.float32)
+    state = update(norm.init(jnp.zeros(2)), PAIR, weights=weights)
+    assert rn.count_as_int(state.stats).tolist() == [6_000_000_000] * 2
+    mean, var = merged(1e-4, [(PAIR, weights)])
+    np.testing.assert_allclose(state.stats.mean, mean, rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, var, rtol=1e-6)  # [1, 1], not 1.397
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_weight_totals_past_2_to_the_64_keep_the_proportions_and_fill_the_count(jit):
+    norm = rn.normalize_observation()
+    update = jax.jit(norm.update) if jit else norm.update
+    heavy = np.array([1e20, 1e20], np.float32)
+    state = update(norm.init(jnp.zeros(2)), PAIR, weights=heavy)
+    assert rn.count_as_int(state.stats).tolist() == [MOST] * 2
+    np.testing.assert_allclose(state.stats.mean, [2.0, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, [1.0, 1.0], rtol=1e-6)  # not 4.66e10
+    # A past of 8e18 samples and a batch of 1.6e19: together past 2^64, merged 1 : 2.
+    first, second = np.array([4e18, 4e18], np.float32), np.array([8e18, 8e18], np.float32)
+    other = np.array([[-3.0, 10.0], [5.0, 30.0]], np.float32)
+    state = update(norm.init(jnp.zeros(2)), PAIR, weights=first)
+    assert rn.count_as_int(state.stats).tolist() == [2 * int(first[0])] * 2
+    state = update(state, other, weights=second)
+    assert rn.count_as_int(state.stats).tolist() == [MOST] * 2
+    mean, var = merged(1e-4, [(PAIR, first), (other, second)])
+    np.testing.assert_allclose(state.stats.mean, mean, rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, var, rtol=1e-6)
+    # The full count stays full: entries merge beside 2^64 samples, the count never wraps.
+    after = update(state, other)
+    assert rn.count_as_int(after.stats).tolist() == [MOST] * 2
+    np.testing.assert_allclose(after.stats.mean, mean, rtol=1e-6)
+
+
+def test_weights_whose_float_total_overflows_keep_the_weighted_moments():
+    brax = rn.normalize_observation("brax")
+    heavy = np.array([3e38, 3e38], np.float32)
+    for update in (brax.update, jax.jit(brax.update)):
+        state = update(brax.init(jnp.zeros(2)), PAIR, weights=heavy)
+        np.testing.assert_allclose(state.stats.mean, [2.0, 3.0], rtol=1e-6)  # not [0, 0]
+        np.testing.assert_allclose(state.stats.var, [1.0, 1.0], rtol=1e-6)  # not [inf, inf]
+        assert rn.count_as_int(state.stats).tolist() == [MOST] * 2
+    # Per task: task 0's weights overflow, task 1's entry weighs 1.
+    tasks = rn.normalize_observation("brax", statistics=rn.Statistics(num_tasks=2))
+    obs = np.r_[PAIR, [[10.0, 20.0]]].astype(np.float32)
+    state = jax.jit(lambda s, x, w, t: tasks.update(s, x, weights=w, task=t))(
+        tasks.init(jnp.zeros(2)), obs, np.r_[heavy, 1.0].astype(np.float32), jnp.array([0, 0, 1])
+    )
+    np.testing.assert_allclose(state.stats.mean, [[2.0, 3.0], [10.0, 20.0]], rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var[0], [1.0, 1.0], rtol=1e-6)
+    assert rn.count_as_int(state.stats)[:, 0].tolist() == [MOST, 1]
+    # Per environment, over 2 steps: environment 0 weighs 3e38 each step, environment 1 one.
+    envs = rn.normalize_observation("brax", statistics=rn.Statistics(per_env=True))
+    steps = np.stack([PAIR, PAIR[::-1] * 2]).astype(np.float32)  # (2 steps, 2 envs, 2)
+    weights = np.array([[3e38, 1.0], [3e38, 1.0]], np.float32)
+    state = envs.update(envs.init(jnp.zeros(2), batch_shape=(2,)), steps, weights=weights)
+    np.testing.assert_allclose(state.stats.mean, steps.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, steps.var(0), rtol=1e-6)
+    # Two participants of a named vmap, one entry of weight 3e38 each: their total overflows.
+    shared = rn.normalize_observation("brax", axis_name="i")
+    split = jax.vmap(
+        lambda x, w: shared.update(brax.init(jnp.zeros(2)), x, weights=w), axis_name="i"
+    )
+    state = split(PAIR[:, None], heavy[:, None])
+    np.testing.assert_allclose(state.stats.mean, [[2.0, 3.0]] * 2, rtol=1e-6)
+    np.testing.assert_allclose(state.stats.var, [[1.0, 1.0]] * 2, rtol=1e-6)
+
+
+def test_a_total_weight_below_one_that_rounds_to_a_sample_weighs_its_entries():
+    # [0.3, 0.3] joins as one sample with the entries' weighted mean and variance (the
+    # weighted sums were divided by 1, not by 0.6: mean 2.6 and variance 0.84 for [2, 4]).
+    brax = rn.normalize_observation("brax")
+    state = brax.update(brax.init(jnp.zeros(())), jnp.array([2.0, 4.0]), weights=[0.3, 0.3])
+    assert float(state.stats.mean) == 3.0
+    assert float(state.stats.var) == 1.0
+    assert int(rn.count_as_int(state.stats)) == 1

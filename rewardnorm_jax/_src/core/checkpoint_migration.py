@@ -128,6 +128,9 @@ def current_fields(saved, expected):
 # Static fields added after format version 2 began, at the values older states held.
 # RunningStats: cumulative or exponential moving, with Gymnasium's prior.
 _ADDED_STATIC = {"step_size": None, "prior_count": PRIOR_COUNT}
+# An observation state's placement, recorded since beside its env_shape: an older state
+# takes the template's, which the configuration's statistics/* metadata checks.
+_ADDED_PLACEMENT = ("per_env", "num_tasks")
 
 
 def current_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any]:
@@ -135,9 +138,13 @@ def current_static(saved: dict[str, Any], expected: dict[str, Any]) -> dict[str,
     filled = dict(saved)
     for path in expected:
         prefix, _, name = path.rpartition("/")
-        of_stats = (f"{prefix}/" if prefix else "") + "decay" in expected  # a RunningStats
-        if name in _ADDED_STATIC and of_stats and path not in saved:
+        sibling = f"{prefix}/" if prefix else ""
+        if path in saved:
+            continue
+        if name in _ADDED_STATIC and sibling + "decay" in expected:  # a RunningStats
             filled[path] = _ADDED_STATIC[name]
+        elif name in _ADDED_PLACEMENT and sibling + "env_shape" in saved:  # observations'
+            filled[path] = expected[path]
     return filled
 
 

@@ -39,6 +39,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from rewardnorm_jax._src.stats.summation import power_of_two
+
 
 class Moments(NamedTuple):
     """Per group: valid count and weight, shift, mean, sum of squares, whether it is constant."""
@@ -72,8 +74,9 @@ def moments(
         weights are (a weighted mask, where a large value may weigh nothing).
       scaled: take the moments of :math:`s x`, :math:`s` the power of two that
         brings each group's largest valid :math:`|x|` into [0.5, 1)
-        (:func:`power_of_two`), found in the pass that finds :math:`c`. A power
-        of two moves only the exponent, so the moments of :math:`s x` are exact
+        (:func:`~rewardnorm_jax._src.stats.summation.power_of_two`), found in
+        the pass that finds :math:`c`. A power of two moves only the
+        exponent, so the moments of :math:`s x` are exact
         scalings of those of :math:`x` wherever these fit the dtype, and fit
         wherever the values do (rewards near the float32 limits, spreads of
         1e-30). Deviations and spreads are then in units of :math:`1 / s`.
@@ -145,25 +148,6 @@ def variance(stats: Moments, ddof: int) -> jax.Array:
 def std(stats: Moments, ddof: int) -> jax.Array:
     """The standard deviation: the square root of :func:`variance`."""
     return jnp.sqrt(variance(stats, ddof))
-
-
-def power_of_two(largest: jax.Array) -> jax.Array:
-    """The power of two that brings ``largest`` > 0 into [0.5, 1): a normal number (else 1).
-
-    Built bit by bit (exactly), clipped to the dtype's normal exponents.
-    """
-    info = jnp.finfo(largest.dtype)
-    _, exponent = jnp.frexp(jnp.where(jnp.isfinite(largest) & (largest > 0), largest, 1))
-    exponent = jnp.clip(exponent, info.minexp + 1, info.maxexp - 2)
-    return _power_of_two(-exponent, largest.dtype)
-
-
-def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:
-    """:math:`2^e` of ``dtype`` for integer exponents of normal numbers, bit by bit (exactly)."""
-    info = jnp.finfo(dtype)
-    unsigned = jnp.uint64 if info.bits == 64 else jnp.uint32
-    biased = (exponent + (info.maxexp - 1)).astype(unsigned)
-    return jax.lax.bitcast_convert_type(biased << info.nmant, dtype)
 
 
 def _ratio(numerator: jax.Array, denominator: jax.Array) -> jax.Array:

@@ -30,6 +30,7 @@ from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.llm import layout as layouts
 from rewardnorm_jax._src.llm.moments import deviations, moments, variance
 from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats.summation import power_of_two
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +163,11 @@ def masked_whiten(
     flat, weights = values.reshape(-1), weights.reshape(-1)
     kept = weights != 0
     valid = kept & jnp.isfinite(flat)
-    stats = moments(batch, flat, valid, weights, heaviest=True)
-    spread, offset = _spread(rules, stats)
+    # Weights at the power of two that brings the largest into [0.5, 1): their total fits the
+    # dtype, and ddof and the count epsilon, in units of the weights, are scaled alike.
+    unit = batch.rows(power_of_two(batch.largest(weights, kept)))
+    stats = moments(batch, flat, valid, weights * unit, heaviest=True)
+    spread, offset = _spread(rules, stats, unit)
     if rules.floor:
         spread = jnp.maximum(spread, rules.epsilon)
     elif rules.epsilon:
@@ -175,7 +179,7 @@ def masked_whiten(
         # A constant batch's deviations are 0 by construction; without a guard, 0 * rsqrt(0) is NaN.
         whitened = jnp.where(batch.rows(stats.constant), 0, whitened)
     # Too little weight for the variance's degrees of freedom (one token of a 0/1 mask).
-    too_little = batch.rows(stats.weight <= rules.ddof)
+    too_little = batch.rows(stats.weight) <= rules.ddof * unit
     whitened = jnp.where(too_little, jnp.nan if rules.singleton == "refused" else 0, whitened)
     if not shift_mean:
         whitened = whitened + batch.rows(stats.shift + stats.mean - offset)
@@ -187,21 +191,24 @@ def masked_whiten(
     return jnp.where(kept, whitened, 0).reshape(values.shape)
 
 
-def _spread(rules: WhiteningConvention, stats) -> tuple[jax.Array, jax.Array]:
+def _spread(rules: WhiteningConvention, stats, unit) -> tuple[jax.Array, jax.Array]:
     r"""The convention's variance before its guard, and its mean's offset below the true mean.
 
     A trainer that divides its sums by :math:`W + \epsilon_n` takes the mean
     :math:`\bar x - \delta` with :math:`\delta = \epsilon_n \bar x / (W + \epsilon_n)`,
     and the variance :math:`\frac{S + W \delta^2}{W + \epsilon_n} \frac{W}{W - \text{ddof}}`,
-    :math:`S` the weighted sum of squared deviations from :math:`\bar x`.
+    :math:`S` the weighted sum of squared deviations from :math:`\bar x`. The
+    weights of ``stats`` are taken at the power of two ``unit`` (a weight of 1
+    is ``unit``), and so are :math:`\epsilon_n` and ddof: a power of two
+    scales :math:`W`, :math:`S` and both alike, exactly.
     """
     offset = jnp.zeros_like(stats.mean)
     if rules.count_epsilon:
-        weight, epsilon = stats.weight, rules.count_epsilon
+        weight, epsilon = stats.weight, rules.count_epsilon * unit
         offset = epsilon * (stats.shift + stats.mean) / (weight + epsilon)
         squares = (stats.squares + weight * offset * offset) * (weight / (weight + epsilon))
         stats = stats._replace(squares=squares)
-    spread = variance(stats, rules.ddof)
+    spread = variance(stats, rules.ddof * unit)
     if rules.epsilon:  # a variance that underflowed to 0 is 0 beside the guard
         spread = jnp.where(stats.squares == 0, 0, spread)
     return spread, offset

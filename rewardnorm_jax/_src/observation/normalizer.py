@@ -217,12 +217,17 @@ class ObservationNormState(struct.PyTreeNode):
     :class:`~rewardnorm_jax.RunningStats` where the observation has an array,
     of the leaf's feature shape ``F`` led by the placement's axes:
     ``F`` (shared), ``(*env_shape, *F)`` (per environment) or ``(K, *F)``
-    (per task). ``env_shape`` (static) is the environments' shape of
-    per-environment statistics, ``()`` otherwise.
+    (per task). The placement is static: ``env_shape``, the environments'
+    shape of per-environment statistics (``()`` otherwise), ``per_env`` and
+    ``num_tasks``, as the :class:`~rewardnorm_jax.Statistics` that made the
+    state has them, so that a normalizer refuses a state of another placement
+    whose shapes happen to fit it.
     """
 
     stats: Any
     env_shape: tuple[int, ...] = struct.field(pytree_node=False, default=())
+    per_env: bool = struct.field(pytree_node=False, default=False)
+    num_tasks: int | None = struct.field(pytree_node=False, default=None)
 
 
 class ObservationNormalizer(NamedTuple):
@@ -446,19 +451,41 @@ def init(config: ObservationConfig, observation, batch_shape=None) -> Observatio
         ),
         observation,
     )
-    return ObservationNormState(stats, env_shape if config.statistics.per_env else ())
+    statistics = config.statistics
+    return ObservationNormState(
+        stats,
+        env_shape if statistics.per_env else (),
+        per_env=statistics.per_env,
+        num_tasks=statistics.num_tasks,
+    )
 
 
-def _check_state(config: ObservationConfig, state) -> list[rs.RunningStats]:
-    """The statistics of ``state`` in tree order, after checking this normalizer made them."""
+def _placement(per_env: bool, num_tasks: int | None) -> str:
+    """A placement in words, as the ``statistics`` option says it."""
+    if per_env:
+        return "one set per environment (Statistics(per_env=True))"
+    if num_tasks is not None:
+        return f"one set per task (Statistics(num_tasks={num_tasks}))"
+    return "one set shared by the batch (Statistics())"
+
+
+def check_state(config: ObservationConfig, state, name: str = "state") -> list[rs.RunningStats]:
+    """The statistics of ``state`` in tree order, after checking this normalizer made them.
+
+    Raises:
+      TypeError: for a ``state`` that is no :class:`ObservationNormState`.
+      ValueError: naming ``name``, for statistics of another placement (shared,
+        per environment, per task and its number of tasks), prior or shape.
+    """
     if not isinstance(state, ObservationNormState):
         raise TypeError(
-            f"state should be an ObservationNormState (from init), got {type(state).__name__}."
+            f"{name} should be an ObservationNormState (from init), got {type(state).__name__}."
         )
-    if state.env_shape and not config.statistics.per_env:
+    statistics = config.statistics
+    if state.env_shape and not statistics.per_env:
         raise ValueError(
-            f"state holds statistics per environment (env_shape={state.env_shape}), but this "
-            f"normalizer keeps statistics={config.statistics!r}: pass a state of this "
+            f"{name} holds statistics per environment (env_shape={state.env_shape}), but this "
+            f"normalizer keeps statistics={statistics!r}: pass a state of this "
             "normalizer (norm.init)."
         )
     placed = config.statistics.shape(state.env_shape)
@@ -467,17 +494,24 @@ def _check_state(config: ObservationConfig, state) -> list[rs.RunningStats]:
         if not isinstance(stats, rs.RunningStats) or stats.prior_count != config.prior_count:
             found = getattr(stats, "prior_count", type(stats).__name__)
             raise ValueError(
-                f"state holds statistics with prior_count={found!r}, but this normalizer "
+                f"{name} holds statistics with prior_count={found!r}, but this normalizer "
                 f"({config.preset!r} preset) has prior_count={config.prior_count!r}: pass a "
                 "state of this normalizer (norm.init), or build the normalizer that made it "
                 "(rnb.from_running_statistics returns both)."
             )
         if stats.mean.shape[: len(placed)] != placed:
             raise ValueError(
-                f"state holds statistics of shape {stats.mean.shape}, but this normalizer "
+                f"{name} holds statistics of shape {stats.mean.shape}, but this normalizer "
                 f"keeps statistics={config.statistics!r}, whose shapes start with {placed}: "
                 "pass a state of this normalizer (norm.init)."
             )
+    if (state.per_env, state.num_tasks) != (statistics.per_env, statistics.num_tasks):
+        raise ValueError(
+            f"{name} holds {_placement(state.per_env, state.num_tasks)}, but this normalizer "
+            f"keeps {_placement(statistics.per_env, statistics.num_tasks)}: pass a state of "
+            "this normalizer (norm.init), or build the normalizer with the statistics option "
+            "that made the state."
+        )
     return stats_leaves
 
 
@@ -489,7 +523,7 @@ def _pairs(config: ObservationConfig, state: ObservationNormState, observations,
     the feature shape.
     """
     rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
-    stats_leaves = _check_state(config, state)
+    stats_leaves = check_state(config, state)
     stats_def = jax.tree.structure(state.stats, is_leaf=lambda x: isinstance(x, rs.RunningStats))
     obs_leaves, obs_def = jax.tree.flatten(observations)
     if obs_def != stats_def:  # type: ignore[operator, unused-ignore]
@@ -764,9 +798,14 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
     entries repeated, with the count exact while a batch's weights total at
     most :math:`2^{24}` (float32 statistics; :math:`2^{53}` in float64), and
     equal Brax's ``running_statistics.update(..., weights=w)`` under the
-    ``"brax"`` preset. Fractional weights weigh the entries within their
-    batch, and the batch weighs its total rounded: a batch of total weight
-    below 1/2 changes nothing. (Brax adds the total's integer part to its
+    ``"brax"`` preset. Any weights the dtype holds are taken: their total
+    may pass its range, and the statistics' weight past :math:`2^{64}`,
+    where the past and the batch merge in their proportions and the count
+    stays at :math:`2^{64} - 1`
+    (:func:`~rewardnorm_jax._src.stats.running.merge_checked`). Fractional
+    weights weigh the entries within their batch, and the batch weighs its
+    total rounded: a batch of total weight below 1/2 changes nothing. (Brax
+    adds the total's integer part to its
     count and divides its weighted sums by that count, which is a weighted
     mean only for totals that are integers.) A weight of 0 is
     ``active=False`` for its entry; ``active`` and ``weights`` together both

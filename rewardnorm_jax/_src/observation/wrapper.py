@@ -22,6 +22,7 @@ from rewardnorm_jax._src.core.adapter import (
 )
 from rewardnorm_jax._src.observation.normalizer import (
     ObservationNormState,
+    check_state,
     normalize_observation,
 )
 from rewardnorm_jax._src.stats.running import participants
@@ -94,9 +95,14 @@ class ObservationWrapper:
         Args:
           key: reset key; one per environment for a batched environment.
           stats_from: observation statistics to continue from
-            (``get_observation_state(state)``), or ``None`` for fresh ones.
+            (``get_observation_state(state)``), or ``None`` for fresh ones;
+            of the wrapper's placement (shared, per environment or per task).
           update_stats: scalar flag; ``False`` freezes the statistics for
             every step of this state (evaluation).
+
+        Raises:
+          ValueError: naming ``stats_from``, for statistics of another
+            placement, prior or shape.
         """
         return self._reset_result(self._env.reset(key), key, stats_from, update_stats)
 
@@ -120,6 +126,8 @@ class ObservationWrapper:
         if obs_state is None:
             one = one_observation(observations, len(batch_shape))
             obs_state = self.normalizer.init(one, batch_shape)
+        else:  # statistics of another placement are named as the argument given
+            check_state(self.normalizer.config, obs_state, "stats_from")
         observations, obs_state = self.normalizer.step(
             obs_state, observations, update_stats, **self._task(env_state)
         )

@@ -12,7 +12,8 @@ count is large, small mean increments are rounded away; and with one sample
 per update the variance drifts by percents. Here:
 
 * the count is two ``uint32`` words (``count_hi``, ``count_lo``) added with
-  carry: exact to the sample up to :math:`2^{64}`, in float32 and float64 alike;
+  carry: exact to the sample up to :math:`2^{64} - 1`, in float32 and float64
+  alike, where it stays (weighted batches may fill it: :func:`merge_checked`);
 * the mean and the sum of squared deviations :math:`M` are each kept as an
   unevaluated sum of two floats (``mean + mean_low``, ``m2 + m2_low``) and
   every increment is added with an error-free two-sum, so rounding errors are
@@ -58,6 +59,7 @@ from rewardnorm_jax._src.stats import formulas, summation
 
 PRIOR_COUNT = 1e-4
 _WORD = 2.0**32
+_COUNT_LIMIT = 2.0**64  # the weight the two count words hold (2^64 - 1 samples, rounded)
 _KEYED_BLOCK = 1024  # entries per block of the keyed segment sums
 
 
@@ -363,10 +365,53 @@ def init_stats(
 
 
 def _add_count(stats: RunningStats, batch_count: jax.Array):
-    """Adds a uint32 ``batch_count`` to the two-word count, with carry."""
+    """Adds a uint32 ``batch_count`` to the two-word count, with carry, saturating at 2^64 - 1."""
     low = stats.count_lo + batch_count
     carry = (low < stats.count_lo).astype(jnp.uint32)
-    return stats.count_hi + carry, low
+    high = stats.count_hi + carry
+    full = high < stats.count_hi  # a full count (weighted batches fill it) stays full
+    return _saturated(high, low, full)
+
+
+def _saturated(high, low, full):
+    """The count words, or :math:`2^{64} - 1` where ``full``."""
+    most = jnp.uint32(2**32 - 1)
+    return jnp.where(full, most, high), jnp.where(full, most, low)
+
+
+def _add_whole_count(stats: RunningStats, batch_count: jax.Array, full: jax.Array):
+    """Adds a whole float ``batch_count`` to the two-word count, saturating at 2^64 - 1.
+
+    The float is split into its two words exactly (a float below :math:`2^{64}`
+    is :math:`h 2^{32} + l` with both parts floats); a count that would pass
+    :math:`2^{64} - 1`, or is ``full``, stays there.
+    """
+    fits = batch_count < _COUNT_LIMIT
+    batch_count = jnp.where(fits, batch_count, 0.0)
+    high = jnp.floor(batch_count * (1.0 / _WORD))
+    low = (batch_count - high * _WORD).astype(jnp.uint32)
+    count_lo = stats.count_lo + low
+    carry = (count_lo < stats.count_lo).astype(jnp.uint32)
+    partial = stats.count_hi + high.astype(jnp.uint32)
+    count_hi = partial + carry
+    full = full | ~fits | (partial < stats.count_hi) | (count_hi < partial)
+    return _saturated(count_hi, count_lo, full)
+
+
+def _within_count_limit(weight, m2, m2_low, batch_count):
+    r"""The past (``weight``, :math:`M`) and the batch's weight, scaled alike to fit the count.
+
+    Where :math:`n + n_b` passes :math:`2^{64}` (``_COUNT_LIMIT``, what the
+    count words hold) both are scaled by :math:`k = 2^{64} / (n + n_b)`, and
+    :math:`M` with the past's weight: the past keeps its mean and variance,
+    the batch its share :math:`n_b / (n + n_b)`, so the merged mean and
+    variance are those of the whole weight. Returns them, and where they were
+    scaled (the count is then full).
+    """
+    total = weight + batch_count
+    full = total > _COUNT_LIMIT
+    keep = jnp.where(full, _COUNT_LIMIT / total, 1.0).astype(weight.dtype)
+    return weight * keep, m2 * keep, m2_low * keep, batch_count * keep, full
 
 
 def _float_count_is_exact(batch, num_batch_axes: int, axis_name) -> bool:
@@ -538,7 +583,7 @@ def agreed_shift(stats: RunningStats, found, first, axis_name):
 
 
 def _add_shifted_sums(
-    stats: RunningStats, sums, shift, count_increment, weighted: bool = False
+    stats: RunningStats, sums, shift, count_increment, weight_scale=None
 ) -> RunningStats:
     """The statistics with a batch, given by its shifted sums, added (elementwise).
 
@@ -548,8 +593,10 @@ def _add_shifted_sums(
     statistics by :func:`~rewardnorm_jax._src.stats.formulas.add_batch_moments`, after
     exponential moving statistics discount their past. ``count_increment`` is
     the count as ``uint32`` when its float ``n_b`` may not be exact, else ``None``.
-    ``weighted`` sums are ``(sum w d, sum w d^2, W)``: the weighted moments join
-    as ``round(W)`` samples (:func:`merge_checked`).
+    Weighted sums are ``(sum w d, sum w d^2, W)`` of the weights times
+    ``weight_scale`` (a power of two per statistic; ``None`` for unweighted
+    sums): the weighted moments join as ``round(W)`` samples, within the
+    count's limit (:func:`merge_checked`).
     """
     deviation_sum, square_sum, count_b = sums
     # A sum at the end of the dtype's range has overflowed (or summed clamped terms).
@@ -559,8 +606,10 @@ def _add_shifted_sums(
     batch_count, mean_deviation, batch_var = formulas.moments_from_shifted_sums(
         jnp, count_b, deviation_sum, square_sum
     )
-    if weighted:  # a whole number of samples: the count stays an integer
-        batch_count = jnp.round(batch_count)
+    if weight_scale is not None:  # a whole number of samples: the count stays an integer
+        largest_count = jnp.finfo(shift.dtype).max  # W beyond the dtype: its largest float
+        batch_count = jnp.round(jnp.minimum(batch_count / weight_scale, largest_count))
+    samples = batch_count  # the count words' increment, before any limit
     # The batch mean's deviation from mean + mean_low, the batch mean never rounded
     # to the size of the shift: shift - mean is exact when they are close (Sterbenz),
     # and the sum's rounding error is kept (delta_low).
@@ -581,6 +630,9 @@ def _add_shifted_sums(
         decrement = jnp.where(m2 < jnp.inf, taken * m2, 0.0)  # a saturated M stays +inf
         m2, m2_low = formulas.two_sum(jnp, m2, m2_low - taken * m2_low, -decrement)
         weight = weight - batch_count
+    full = jnp.bool_(False)
+    if weight_scale is not None:
+        weight, m2, m2_low, batch_count, full = _within_count_limit(weight, m2, m2_low, batch_count)
     mean, mean_low, m2, m2_low = formulas.add_batch_moments(
         jnp,
         stats.mean,
@@ -593,9 +645,12 @@ def _add_shifted_sums(
         batch_var,
         delta_low,
     )
-    if count_increment is None:  # the float count is exact (_float_count_is_exact)
-        count_increment = batch_count.astype(jnp.uint32)
-    count_hi, count_lo = _add_count(stats, count_increment)
+    if weight_scale is not None:  # the decayed weight's limit is not the sample count's
+        count_hi, count_lo = _add_whole_count(stats, samples, full & (stats.decay is None))
+    else:
+        if count_increment is None:  # the float count is exact (_float_count_is_exact)
+            count_increment = batch_count.astype(jnp.uint32)
+        count_hi, count_lo = _add_count(stats, count_increment)
     return RunningStats.from_parts(
         mean=mean,
         mean_low=mean_low,
@@ -608,6 +663,20 @@ def _add_shifted_sums(
         step_size=stats.step_size,
         prior_count=stats.prior_count,
     )
+
+
+def _weight_scale(largest, axis_name):
+    """The power of two that brings each statistic's ``largest`` weight into [1, 2).
+
+    The same on every participant along ``axis_name``. Weights scaled by it sum
+    without overflow (their total is at most the number of entries times 2),
+    and their sums are exact scalings of the unscaled ones, so every weighted
+    mean and variance is unchanged. A statistic with an entry of weight > 0
+    totals at least 1, the divisor its batch moments need.
+    """
+    if axis_name is not None:
+        largest = jax.lax.pmax(largest, axis_name)
+    return 2 * summation.power_of_two(largest)
 
 
 def merge_checked(
@@ -639,6 +708,16 @@ def merge_checked(
     the batch, and the batch weighs its total rounded to the nearest integer
     (half to even): a batch of total weight below 1/2 changes nothing.
 
+    Range. The weights are summed at the power of two that brings each
+    statistic's largest into [1, 2) (:func:`_weight_scale`): an exact scaling,
+    so the weighted moments are unchanged and a total past the dtype's range
+    (float32 weights of 3e38) is summed. :math:`\operatorname{round}(W)`
+    joins the count in both of its words. Where the statistics' weight
+    :math:`n` and :math:`W` together pass :math:`2^{64}`, what the count
+    holds, both are scaled to a total of :math:`2^{64}` (:math:`M` with the
+    past): the merged mean and variance are those of the whole weight, and
+    the count stays at :math:`2^{64} - 1`.
+
     Args:
       stats: the statistics.
       batch: values of shape ``(*B, *S)``, in the statistics' dtype.
@@ -668,6 +747,11 @@ def merge_checked(
         shift = _shift(stats, batch, mask, num_batch_axes, axis_name, unselected_alike)
     if weights is not None and mask is not None:
         weights = jnp.where(mask, weights, 0.0)
+    weight_scale = None
+    if weights is not None:
+        largest = jnp.max(weights, axis=tuple(range(num_batch_axes)), initial=0.0)
+        weight_scale = _weight_scale(largest, axis_name)
+        weights = weights * weight_scale
     count_increment = None
     if weights is None and not _float_count_is_exact(batch, num_batch_axes, axis_name):
         if mask is None:
@@ -677,7 +761,7 @@ def merge_checked(
             count_increment = reduce(mask.astype(jnp.uint32)).astype(jnp.uint32)
 
     def add(stats, sums):
-        return _add_shifted_sums(stats, sums, shift, count_increment, weights is not None)
+        return _add_shifted_sums(stats, sums, shift, count_increment, weight_scale)
 
     return summation.merge_sums(
         add,
@@ -741,8 +825,13 @@ def merge_keyed(
 
     selected_values = jnp.where(selected, batch, 0.0)
     weight = selected.astype(batch.dtype)
+    weight_scale = None
     if weights is not None:
         weight = jnp.where(selected, weights.reshape(entries, *(1,) * len(stats_shape)), 0.0)
+        key_or_none = jnp.where(inside, keys, num_keys)  # an id out of range: dropped
+        largest = jax.ops.segment_max(weight, key_or_none, num_keys)  # -inf for no entry
+        weight_scale = _weight_scale(largest, axis_name)
+        weight = weight * weight_scale[jnp.where(inside, keys, 0)]
         selected_values = weight * selected_values
     first_pass = segment_totals(jnp.stack([selected_values, weight], axis=1))
     if axis_name is not None:
@@ -761,7 +850,7 @@ def merge_keyed(
         if count_increment is not None:
             count_increment = jax.lax.psum(count_increment, axis_name)
     sums = jnp.stack([squares[:, 0], squares[:, 1], count])  # the count of the first pass
-    return _add_shifted_sums(stats, sums, shift, count_increment, weights is not None)
+    return _add_shifted_sums(stats, sums, shift, count_increment, weight_scale)
 
 
 def per_key(values: jax.Array, keys: jax.Array | None) -> jax.Array:

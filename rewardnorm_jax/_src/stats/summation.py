@@ -323,3 +323,22 @@ def _merge_in_one_kernel(merge, stats, parts):
         return jnp.all(~(carry[1][0][1] < 0))
 
     return jax.lax.while_loop(pending, body, (stats, parts))[0]
+
+
+def power_of_two(largest: jax.Array) -> jax.Array:
+    """The power of two that brings ``largest`` > 0 into [0.5, 1): a normal number (else 1).
+
+    Built bit by bit (exactly), clipped to the dtype's normal exponents.
+    """
+    info = jnp.finfo(largest.dtype)
+    _, exponent = jnp.frexp(jnp.where(jnp.isfinite(largest) & (largest > 0), largest, 1))
+    exponent = jnp.clip(exponent, info.minexp + 1, info.maxexp - 2)
+    return _power_of_two(-exponent, largest.dtype)
+
+
+def _power_of_two(exponent: jax.Array, dtype) -> jax.Array:
+    """:math:`2^e` of ``dtype`` for integer exponents of normal numbers, bit by bit (exactly)."""
+    info = jnp.finfo(dtype)
+    unsigned = jnp.uint64 if info.bits == 64 else jnp.uint32
+    biased = (exponent + (info.maxexp - 1)).astype(unsigned)
+    return jax.lax.bitcast_convert_type(biased << info.nmant, dtype)
