@@ -142,6 +142,7 @@ def measure(
             "--headless",
             "--no-sandbox",  # run as root in containers and CI
             "--disable-gpu",
+            "--disable-dev-shm-usage",  # containers often have a small /dev/shm
             "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",  # no CDN
             "--virtual-time-budget=60000",  # the pages' scripts and the measure finish first
             f"--window-size={max(widths)},{height}",
@@ -158,7 +159,9 @@ def measure(
 
 def report(site: pathlib.Path, frames: list[dict]) -> tuple[int, list[str], list[str]]:
     """The number of code blocks measured, those that scroll, and signs of a broken check."""
-    measured, scrolling, broken = 0, [], []
+    measured = 0
+    scrolling: list[str] = []
+    broken: list[str] = []
     for frame in frames:
         path, width, blocks = frame["page"], frame["width"], frame["blocks"]
         if pathlib.PurePosixPath(path).name == CONTROL:
