@@ -15,7 +15,9 @@
 * ``wheel``: builds the wheel and the sdist, checks them with twine, installs
   the wheel into a clean environment and runs the README's examples from it.
 * ``docs``: builds the documentation site, warnings as errors, and checks that every
-  Markdown table rendered as a table (the pages' examples run in ``full``, each alone).
+  Markdown table rendered as a table and that no code block scrolls sideways in a window
+  1280 px wide (headless Chromium: on the PATH, or installed with apt-get when run as root,
+  as in CI); the pages' examples run in ``full``, each alone.
 
 Each test runs once, in the session that has what it needs, but for the contract tests
 (every family's promises under jit, vmap, scan, grad and export: every entry in ``newest``,
@@ -154,11 +156,29 @@ def wheel(session: nox.Session) -> None:
     session.run(python, str(ROOT / "tests" / "readme_examples.py"), external=True)
 
 
+def chromium(session: nox.Session) -> str:
+    """The headless browser of the docs' layout check: ``chromium``, or Debian's, installed by root.
+
+    CI runs as root on a clean Debian machine: the package and the 18 libraries it needs are
+    about 120 MB to download and 13 s of CPU time to install.
+    """
+    found = shutil.which("chromium")
+    if found is None and getattr(os, "geteuid", lambda: -1)() == 0 and shutil.which("apt-get"):
+        quiet = {"DEBIAN_FRONTEND": "noninteractive"}
+        session.run("apt-get", "update", "-qq", external=True, env=quiet)
+        install = ("apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium")
+        session.run(*install, external=True, env=quiet)
+        found = shutil.which("chromium")
+    if found is None:
+        session.error("the docs session needs Chromium as `chromium` on the PATH")
+    return found
+
+
 @nox.session(python=OLDEST)
 def docs(session: nox.Session) -> None:
-    """The documentation site, warnings as errors, and its tables rendered as tables."""
+    """The documentation site, warnings as errors; its tables and code blocks checked."""
     session.install("-e", ".[docs]")
-    session.run(
-        "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html"
-    )
-    session.run("python", "docs/check_tables.py", "docs/_build/html")
+    site = "docs/_build/html"
+    session.run("sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", site)
+    session.run("python", "docs/check_tables.py", site)
+    session.run("python", "docs/check_code_width.py", "--browser", chromium(session), site)

@@ -2,7 +2,9 @@
 
 Build (warnings are errors): ``sphinx-build -W --keep-going -b html docs docs/_build/html``;
 the pages' examples run each alone under ``pytest tests/pages/test_doc_examples.py``;
-screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``.
+screenshot every page and check that none is wider than the window: ``python docs/screenshots.py``;
+check that no code block scrolls sideways at 1280 px (``nox -s docs`` does):
+``python docs/check_code_width.py docs/_build/html``.
 """
 
 import importlib

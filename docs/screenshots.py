@@ -12,8 +12,9 @@ that is cut off or spills into the margin), naming the page and the element::
 
 Needs the ``docs`` extra (to build) and Chromium (Debian: ``apt-get install chromium``).
 The pages load MathJax from its CDN; without a network, ``npm install mathjax@4`` and pass
-``--mathjax node_modules`` to see the math typeset. Not part of ``nox``: it needs a browser,
-and its pictures are for a person to look at.
+``--mathjax node_modules`` to see the math typeset. Not part of ``nox``: its pictures are
+for a person to look at (``nox -s docs`` checks the width of every code block with
+``check_code_width.py``, beside this file).
 """
 
 import argparse
@@ -22,14 +23,14 @@ import html
 import json
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 
+from check_code_width import find_browser, pages  # beside this file
+
 DOCS = pathlib.Path(__file__).resolve().parent
-BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 # Measures the page after its scripts (the theme's, MathJax) have run; the result goes to an
 # attribute of <html>, which --dump-dom prints.
 CHECK = """<script>
@@ -66,28 +67,10 @@ SLICE = 16000  # px of a page in one --full-page screenshot: Chromium's limit is
 MATHJAX = re.compile(r'<script[^>]*src="[^"]*/tex-mml-chtml\.js"[^>]*>')
 
 
-def find_browser(name: str | None) -> str:
-    """The Chromium executable: ``name``, or the first of BROWSERS on the PATH."""
-    for candidate in (name,) if name else BROWSERS:
-        path = shutil.which(candidate)
-        if path:
-            return path
-    sys.exit(f"no Chromium found ({name or ', '.join(BROWSERS)}): apt-get install chromium")
-
-
 def build(out: pathlib.Path) -> None:
     """Builds the HTML site into ``out``, warnings as errors, as ``nox -s docs`` does."""
     command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
     subprocess.run([*command, str(DOCS), str(out)], check=True)
-
-
-def pages(site: pathlib.Path) -> list[pathlib.Path]:
-    """Every page of the site, relative to it; not the highlighted source of the modules."""
-    return sorted(
-        path.relative_to(site)
-        for path in site.rglob("*.html")
-        if path.relative_to(site).parts[0] not in ("_modules", "_sources", "_static")
-    )
 
 
 def chromium(browser: str, width: int, height: int, *arguments: str) -> str:
