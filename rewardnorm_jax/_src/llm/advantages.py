@@ -504,8 +504,11 @@ def _apply_running(config, state, rewards, group_ids, domains) -> GroupAdvantage
             if config.axis_name is not None:
                 counts = jax.lax.psum(counts, config.axis_name)
             incomplete = rs.per_key(counts, domains) > 0
-    running = Running(mean_high, mean_low, spread, incomplete)
-    return apply(config, rewards, group_ids, None, running)
+    shape = rewards.shape
+    per_answer = (jnp.broadcast_to(value, shape) for value in (mean_high, mean_low, spread))
+    if incomplete is not None:
+        incomplete = jnp.broadcast_to(incomplete, shape)
+    return apply(config, rewards, group_ids, None, Running(*per_answer, incomplete))
 
 
 class Running(NamedTuple):

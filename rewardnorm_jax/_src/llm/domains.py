@@ -63,5 +63,5 @@ def read(state: DomainStatistics, domains, ddof: int, dtype) -> tuple[jax.Array,
     variance = jnp.where(enough, squares / jnp.where(enough, count - ddof, 1), jnp.nan)
     values = (stats.mean, stats.mean_low, jnp.sqrt(variance))
     if domains is None:
-        return tuple(jnp.broadcast_to(v, ()).astype(dtype) for v in values)
+        return tuple(v.astype(dtype) for v in values)
     return tuple(rs.per_key(v, domains).astype(dtype) for v in values)
