@@ -176,5 +176,5 @@ def nemo_rloo_std(rewards, prompts, epsilon=1e-6, floor=0.0):
 
 
 def verl_gpg_alpha(answers, nonzero):
-    """verl's ``bsz / m.clamp(min=1)``: torch's float32 reciprocal of m, times bsz."""
+    """The alpha of verl's ``bsz / m.clamp(min=1)``: torch's float32 reciprocal of m, times bsz."""
     return np.float32(answers) * (np.float32(1) / np.float32(max(nonzero, 1)))

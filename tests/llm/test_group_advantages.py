@@ -619,9 +619,7 @@ def test_areal_normconfig_settings_match_areal(dtype):
                     convention="areal",
                     group_size=size,
                 )
-                want = knobs.areal(
-                    rewards, size, mean, std, leave_one_out=loo, unbiased=unbiased
-                )
+                want = knobs.areal(rewards, size, mean, std, leave_one_out=loo, unbiased=unbiased)
                 if mean == "group" and size > 1:  # a constant group: exactly 0, as AReaL's is
                     want[4:8] = 0.0
                 _levels_close(estimator.apply(rewards).advantages, want, dtype)
@@ -671,6 +669,13 @@ def _stream(rng, batches=3, size=4):
     return out
 
 
+def _stateful(estimator):
+    """The ``step`` (jitted) and ``init`` of an estimator with running statistics."""
+    assert estimator.step is not None
+    assert estimator.init is not None
+    return jax.jit(estimator.step), estimator.init
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_running_statistics_per_domain_match_rolls_pipeline_over_a_stream(dtype):
     stream = _stream(np.random.default_rng(0))
@@ -684,11 +689,11 @@ def test_running_statistics_per_domain_match_rolls_pipeline_over_a_stream(dtype)
             estimator = rn.group_advantages(
                 mean=mean, std=std, convention="roll", group_size=4, num_domains=domains
             )
-            step = jax.jit(estimator.step)
+            step, init = _stateful(estimator)
             batches = [r.astype(dtype) for r, _ in stream]
             ids = [d if domains else np.zeros_like(d) for _, d in stream]
             want = knobs.roll_stream(batches, ids, 4, mean, std, domains or 1)
-            state = estimator.init()
+            state = init()
             for rewards, d, expected in zip(batches, ids, want, strict=True):
                 named = {"domains": d} if domains else {}
                 out, state = step(state, rewards, **named)
@@ -699,15 +704,19 @@ def test_running_statistics_per_domain_match_rolls_pipeline_over_a_stream(dtype)
 
 def test_running_statistics_merge_across_devices_as_one_batch():
     rewards, domains = _stream(np.random.default_rng(1), batches=1)[0]
-    estimator = rn.group_advantages(mean="running", std="running", convention="roll",
-                                    group_size=4, num_domains=3, axis_name="d")
-    alone = rn.group_advantages(mean="running", std="running", convention="roll",
-                                group_size=4, num_domains=3)
-    state = estimator.init()
-    out, merged = jax.vmap(
-        lambda r, d: estimator.step(state, r, domains=d), axis_name="d"
-    )(rewards.reshape(3, 4), domains.reshape(3, 4))
-    want, whole = alone.step(alone.init(), rewards, domains=domains)
+    estimator = rn.group_advantages(
+        mean="running", std="running", convention="roll", group_size=4, num_domains=3, axis_name="d"
+    )
+    alone = rn.group_advantages(
+        mean="running", std="running", convention="roll", group_size=4, num_domains=3
+    )
+    step, init = _stateful(estimator)
+    state = init()
+    out, merged = jax.vmap(lambda r, d: step(state, r, domains=d), axis_name="d")(
+        rewards.reshape(3, 4), domains.reshape(3, 4)
+    )
+    alone_step, alone_init = _stateful(alone)
+    want, whole = alone_step(alone_init(), rewards, domains=domains)
     np.testing.assert_allclose(out.advantages.reshape(-1), want.advantages, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(merged.stats.mean[0], whole.stats.mean, rtol=1e-6)
 
@@ -755,12 +764,13 @@ def test_gpg_alpha_is_verls_float32_reciprocal_times_the_batch():
 
 def test_the_named_estimators_are_presets_of_the_levels():
     rewards = LEVEL_REWARDS
-    for estimator, levels in [
+    presets: list[tuple[str, dict[str, Any]]] = [
         ("grpo", {"mean": "group", "std": "group"}),
         ("dr_grpo", {"mean": "group", "std": "none"}),
         ("batch_std", {"mean": "group", "std": "batch"}),
         ("rloo", {"mean": "group", "std": "none", "leave_one_out": True}),
-    ]:
+    ]
+    for estimator, levels in presets:
         for convention in ("exact", "roll") if estimator != "rloo" else ("exact",):
             named = rn.group_advantages(estimator, convention=convention, group_size=4)
             knob = rn.group_advantages(convention=convention, group_size=4, **levels)

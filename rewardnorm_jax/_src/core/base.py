@@ -77,9 +77,9 @@ class Config:
         :class:`~rewardnorm_jax.Statistics`) are flattened under their field's
         name (``"semantics/clip"``), and tuples (``group_advantages``'
         ``reward_weights``) as their length and entries
-        (``"reward_weights/length"``, ``"reward_weights/0"``); fields marked ``metadata={"checkpoint":
-        False}`` (an ``axis_name``, which says where a run executes, not what
-        it learns) are left out.
+        (``"reward_weights/length"``, ``"reward_weights/0"``); fields marked
+        ``metadata={"checkpoint": False}`` (an ``axis_name``, which says where
+        a run executes, not what it learns) are left out.
         """
         found: dict[str, Any] = {"transform": self.name}
         for field in dataclasses.fields(self):

@@ -85,7 +85,9 @@ class GroupAdvantageConfig(base.Config):
         if estimator is None:
             named = self.mean is not None or self.std is not None
             estimator = "normalized" if named else "grpo"
-        object.__setattr__(self, "estimator", checks.check_choice("estimator", estimator, ESTIMATORS))
+        object.__setattr__(
+            self, "estimator", checks.check_choice("estimator", estimator, ESTIMATORS)
+        )
         checks.check_choice("convention", self.convention, tuple(CONVENTIONS))
         rules = CONVENTIONS[self.convention]
         if self.estimator not in rules.estimators:
@@ -324,10 +326,72 @@ def group_advantages(
     ``verl``      1     1e-6     mean 0, std 1: keeps r   its group's advantages NaN
     ``tunix``     1     1e-6     refused (NaN if ragged)  its group's advantages NaN
     ``openrlhf``  1     1e-9     refused (NaN if ragged)  its group's advantages NaN
+    ``areal``     1     1e-5     loo mean 0, ddof-1 std   every advantage of a
+                                 1 (AReaL's cases)        statistic holding it NaN
+    ``roll``      1     1e-6     ddof-1 std NaN: NaN      every advantage of a
+                                 standardized, else 0     statistic holding it NaN
+    ``skyrl``     1     1e-6     mean 0: keeps r          its group's advantages NaN
+    ``nemo_rl``   1     1e-6     0                        its group's advantages NaN
     ============  ====  =======  =======================  ===========================
 
-    The epsilon is added to the standard deviation. A constant group gives
-    exactly 0 in every convention, in float32 as in float64: the library
+    The epsilon is added to the standard deviation (``epsilon_at="std"``; under
+    the square root with ``"variance"``). A ``"batch"`` or ``"group"``
+    standard deviation is taken about its own set's mean (``torch.std``),
+    except under ``areal``, whose standard deviation is about the mean the
+    advantages subtract (AReaL's ``_compute_std(x, mask, mean)``): for
+    ``mean="group", std="batch"`` the batch's spread of the group-centred
+    rewards, for ``mean="none"`` the root mean square of the rewards.
+
+    **Levels** (``estimator="normalized"``, the default when ``mean`` or
+    ``std`` is given): :math:`A = (r - \mu) / (\sigma + \epsilon)`, or
+    :math:`r - \mu` with ``std="none"``, the mean :math:`\mu` of the
+    ``"group"`` (optionally leaving the answer out, :math:`(S - r) / (n -
+    1)`), the ``"batch"`` (likewise), ``"running"`` statistics or ``"none"``
+    (0), the standard deviation :math:`\sigma` of the ``"group"``, the
+    ``"batch"``, ``"running"`` statistics or ``"none"``. ``grpo`` is
+    ``mean="group", std="group"``; ``dr_grpo`` and ``reinforce_pp_baseline``
+    ``std="none"``; ``batch_std`` ``std="batch"``; ``rloo`` and
+    ``rloo_vectorized`` ``leave_one_out=True, std="none"``: the same code,
+    the same numbers. AReaL's ``NormConfig(mean_level, mean_leave1out,
+    std_level, std_unbiased)`` is ``convention="areal"`` with ``mean``,
+    ``leave_one_out``, ``std`` and ``ddof=int(std_unbiased)``; ROLL's
+    ``reward_norm(norm_mean_type, norm_std_type)`` is ``convention="roll"``
+    with ``mean`` and ``std`` (ROLL calls it on each domain's part of the
+    batch: call ``apply`` on each domain's rewards for its batch levels).
+    A group is settled (constant: exactly 0; of one: the convention's rule)
+    where the mean is the group's; with another mean, its answers keep
+    :math:`(r - \mu) / (\sigma + \epsilon)`.
+
+    **Running statistics** (:mod:`~rewardnorm_jax._src.llm.domains`): with a
+    ``"running"`` level the estimator keeps the running mean and ddof
+    standard deviation of every reward seen, one set per domain with
+    ``num_domains`` (ROLL's ``RunningMoments`` per domain) or one shared
+    set; ``step`` merges the batch's finite rewards first, then normalizes
+    (ROLL's order). ROLL's ``reward_norm`` reads ``running_ctrl["domain"]``, a
+    key its pipeline never sets (it keys them by domain name: a KeyError as
+    written); the library does what its pipeline and docs intend, one set
+    per domain. Under ``"spreads"`` a NaN reward makes its domain's answers
+    NaN in that batch and is left out of the statistics (in ROLL it makes the
+    domain's statistics NaN for good).
+
+    **MaxRL** (``maxrl``, SkyRL's ``compute_maxrl_advantage``):
+    :math:`A = (r - \bar r) / (\bar r + \epsilon)`, meant for binary
+    rewards (a mean near 0 or below it makes it meaningless): [1, 0, 0, 0]
+    gives [3, -1, -1, -1]. Under ``exact`` (no epsilon) a group of mean 0 whose
+    rewards are not constant ([1, -1]) gives NaN; a constant group 0; a group
+    of one 0 (``skyrl``: its reward, as SkyRL's mean of a group of one is 0).
+    **NeMo RL's leave-one-out std** (``rloo_std``, ``use_leave_one_out_baseline``
+    with ``normalize_rewards``): :math:`A_i = (r_i - \bar r_{-i}) /
+    (\sigma_{-i} + \epsilon)` with :math:`\sigma_{-i}` the others' ddof-1
+    standard deviation, or :math:`r_i - \bar r_{-i}` where it is at most
+    ``std_floor`` (0: NeMo's zero-std skip, NVIDIA-NeMo/RL#1519; 1e-3 the floor
+    proposed in NVIDIA-NeMo/RL#4161 against float32 residues, which the
+    library does not leave): [1, 0, 0, 0] gives [1, -0.5774, -0.5774,
+    -0.5774]; a group of one or two keeps :math:`r_i - \bar r_{-i}` (0 for
+    one).
+
+    Where the mean is the group's, a constant group gives exactly 0 in every
+    convention, in float32 as in float64: the library
     detects it, where the trainers' float32 code leaves residues up to 0.99.
     Every standardized value (``grpo``, ``batch_std``, ``gdpo``) is within
     about 1e-6 (relative to ``|A| + 1``) of the convention evaluated in float64
@@ -370,9 +434,12 @@ def group_advantages(
     Args:
       estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
         ``"rloo_vectorized"``, ``"opo"``, ``"reinforce_pp_baseline"``,
-        ``"gdpo"`` or ``"gpg"``.
+        ``"gdpo"``, ``"gpg"``, ``"maxrl"``, ``"rloo_std"`` or
+        ``"normalized"`` (the levels below); default ``"normalized"`` where
+        ``mean`` or ``std`` is given, else ``"grpo"``.
       convention: ``"exact"`` (the library's), or one trainer's:
-        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
+        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``, ``"areal"``,
+        ``"roll"``, ``"skyrl"``, ``"nemo_rl"``.
       group_size: contiguous groups (Tunix, OpenRLHF): answers
         ``[k G, (k + 1) G)`` answer prompt ``k``. With an ``axis_name``, each
         device's batch must hold whole groups (an error otherwise).
@@ -396,7 +463,23 @@ def group_advantages(
       axis_name: the axis of the devices that hold the batch (inside
         ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
         ``gdpo``, ``gpg``'s :math:`\alpha`), and groups that span devices, are
-        computed over all of them.
+        computed over all of them; running statistics merge across it.
+      mean: ``"normalized"`` only: ``"group"``, ``"batch"``, ``"running"``
+        or ``"none"``.
+      std: ``"normalized"`` only: ``"group"``, ``"batch"``, ``"running"``
+        or ``"none"``.
+      leave_one_out: ``"normalized"`` only: leave each answer out of its
+        group's or batch's mean (AReaL's ``mean_leave1out``).
+      ddof: 0 or 1, every standard deviation's delta degrees of freedom
+        (AReaL's ``std_unbiased``); default the convention's.
+      epsilon: finite and >= 0; default the convention's.
+      epsilon_at: ``"std"`` (added to the standard deviation) or
+        ``"variance"`` (under the square root); default the convention's.
+      num_domains: with a ``"running"`` level: one set of running statistics
+        per domain, ids in ``[0, num_domains)`` passed as ``domains``; None:
+        one shared set.
+      std_floor: ``rloo_std`` only: the others' standard deviation at or
+        below which the advantage is left undivided (default 0).
 
     Returns:
       A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
@@ -468,6 +551,15 @@ def group_advantages(
     return GroupAdvantageEstimator(apply=checked_apply, config=config)
 
 
+class Running(NamedTuple):
+    """Each answer's running statistics: mean (two words), standard deviation, NaN flag."""
+
+    mean_high: jax.Array
+    mean_low: jax.Array
+    std: jax.Array
+    incomplete: jax.Array | None  # its domain's batch holds an invalid reward ("spreads")
+
+
 def _running_estimator(config: GroupAdvantageConfig) -> GroupAdvantageEstimator:
     """The estimator of running levels: ``init``, ``step`` and ``apply`` with a state."""
 
@@ -505,19 +597,15 @@ def _apply_running(config, state, rewards, group_ids, domains) -> GroupAdvantage
                 counts = jax.lax.psum(counts, config.axis_name)
             incomplete = rs.per_key(counts, domains) > 0
     shape = rewards.shape
-    per_answer = (jnp.broadcast_to(value, shape) for value in (mean_high, mean_low, spread))
     if incomplete is not None:
         incomplete = jnp.broadcast_to(incomplete, shape)
-    return apply(config, rewards, group_ids, None, Running(*per_answer, incomplete))
-
-
-class Running(NamedTuple):
-    """Each answer's running statistics: mean (two words), standard deviation, NaN flag."""
-
-    mean_high: jax.Array
-    mean_low: jax.Array
-    std: jax.Array
-    incomplete: jax.Array | None  # its domain's batch holds an invalid reward ("spreads")
+    running = Running(
+        jnp.broadcast_to(mean_high, shape),
+        jnp.broadcast_to(mean_low, shape),
+        jnp.broadcast_to(spread, shape),
+        incomplete,
+    )
+    return apply(config, rewards, group_ids, None, running)
 
 
 def apply(
@@ -578,7 +666,9 @@ def _estimate(
     if estimator == "normalized":
         levels = (config.mean, config.leave_one_out, config.std)
     if levels is not None:
-        return _normalized(config, Levels(*levels), estimator, rules, groups, stats, values, running)
+        return _normalized(
+            config, Levels(*levels), estimator, rules, groups, stats, values, running
+        )
     scale = groups.rows(stats.scale)
     advantages = deviations(groups, stats, values)
     own = values  # a group of one under the "own" rule: its mean taken as 0
@@ -614,7 +704,9 @@ def _normalized(config, levels: Levels, estimator, rules, groups, stats, values,
     if "batch" in levels[::2]:
         whole = layouts.Whole(config.axis_name)
         batch = moments(whole, groups.flat(values), groups.flat(jnp.isfinite(values)), scaled=True)
-    numerator, numerator_scale = _centred(config, levels, rules, groups, stats, batch, values, running)
+    numerator, numerator_scale = _centred(
+        config, levels, rules, groups, stats, batch, values, running
+    )
     own = values  # verl's group of one: its mean taken as 0 and its std as 1
     if levels.std == "none":
         advantages = numerator / numerator_scale
@@ -660,7 +752,9 @@ def _centred(config, levels: Levels, rules, groups, stats, batch, values, runnin
     return centred, scale
 
 
-def _spread(config, levels, rules, groups, stats, batch, values, numerator, numerator_scale, running):
+def _spread(
+    config, levels, rules, groups, stats, batch, values, numerator, numerator_scale, running
+):
     """The standard deviation of the std's level with the epsilon, and its scale."""
     if levels.std == "running":
         return _with_epsilon(config, groups.grouped(running.std) ** 2, 1), 1
@@ -679,7 +773,9 @@ def _spread(config, levels, rules, groups, stats, batch, values, numerator, nume
         else:
             (squares,) = layout.sums(groups.flat(at_scale * at_scale))
         weight = moment.valid_count - config.ddof
-        variance = layout.rows(jnp.where(weight > 0, squares / jnp.where(weight > 0, weight, 1), jnp.nan))
+        variance = layout.rows(
+            jnp.where(weight > 0, squares / jnp.where(weight > 0, weight, 1), jnp.nan)
+        )
     if rules.singleton == "unit" and config.ddof == 1:  # AReaL: one answer's std is 1
         variance = jnp.where(layout.rows(moment.valid_count) == 1, scale * scale, variance)
     return _with_epsilon(config, variance, scale), scale
@@ -768,7 +864,9 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
     batch = moments(whole, values, valid, scaled=True)
-    spread = _with_epsilon(config, whole.rows(moment_variance(batch, config.ddof)), whole.rows(batch.scale))
+    spread = _with_epsilon(
+        config, whole.rows(moment_variance(batch, config.ddof)), whole.rows(batch.scale)
+    )
     standardized = jnp.where(
         whole.rows(batch.constant), 0, deviations(whole, batch, values) / spread
     )

@@ -28,7 +28,7 @@ ESTIMATORS = (
 """Every estimator, in the order of the documentation."""
 
 LEVELS = ("group", "batch", "running", "none")
-"""Where a mean or a standard deviation is taken: the group, the batch, running statistics, nowhere."""
+"""Where a mean or a standard deviation is taken: group, batch, running statistics, none."""
 
 PRESETS = {
     "grpo": ("group", False, "group"),
