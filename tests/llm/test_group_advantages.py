@@ -656,6 +656,13 @@ def test_roll_reward_norm_settings_match_roll(dtype):
             _levels_close(estimator.apply(rewards).advantages, want, dtype)
         lone = rn.group_advantages(mean="group", std="group", convention="roll", group_size=1)
         assert np.isnan(lone.apply(rewards).advantages).all()  # torch.std of one value
+        constant = np.full(8, 1000 / 7, dtype)  # float32 residues: the formula's exact 0
+        for mean, std in [("batch", "batch"), ("group", "batch")]:
+            for convention in ("roll", "exact"):
+                estimator = rn.group_advantages(
+                    mean=mean, std=std, convention=convention, group_size=4
+                )
+                np.testing.assert_array_equal(estimator.apply(constant).advantages, 0)
 
 
 def _stream(rng, batches=3, size=4):
@@ -721,31 +728,35 @@ def test_running_statistics_merge_across_devices_as_one_batch():
     np.testing.assert_allclose(merged.stats.mean[0], whole.stats.mean, rtol=1e-6)
 
 
-def test_maxrl_matches_skyrl_and_is_nan_for_a_mean_of_zero_under_exact():
-    rewards = np.array([1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0.5, 1], np.float32)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_maxrl_matches_skyrl_and_is_nan_for_a_mean_of_zero_under_exact(dtype):
     ids = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4])
-    skyrl = rn.group_advantages("maxrl", convention="skyrl", num_groups=5)
-    want = knobs.skyrl_maxrl(rewards, ids)
-    np.testing.assert_allclose(skyrl.apply(rewards, group_ids=ids).advantages, want, rtol=1e-5)
+    with jax.enable_x64(dtype == "float64"):
+        rewards = np.array([1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0.5, 1], dtype)
+        skyrl = rn.group_advantages("maxrl", convention="skyrl", num_groups=5)
+        got = skyrl.apply(rewards, group_ids=ids).advantages
+        _levels_close(got, knobs.skyrl_maxrl(rewards, ids), dtype)
     exact = rn.group_advantages("maxrl", group_size=4)
     got = exact.apply(np.array([1, 0, 0, 0, 1, -1, 1, -1], np.float32)).advantages
     np.testing.assert_allclose(got[:4], [3, -1, -1, -1], rtol=1e-6)
     assert np.isnan(got[4:]).all()
 
 
-def test_rloo_std_matches_nemo_rl_with_its_zero_std_skip_and_floor():
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rloo_std_matches_nemo_rl_with_its_zero_std_skip_and_floor(dtype):
     rng = np.random.default_rng(2)
     dyadic = rng.choice([0.0, 0.25, 1.0], 24).astype(np.float32)
     dyadic[:4] = [1, 0, 0, 0]
     normal = rng.normal(size=24).astype(np.float32)
     prompts = np.arange(24) // 4
-    for rewards in (dyadic, normal):
-        for floor in (0.0, 0.3):
-            nemo = rn.group_advantages(
-                "rloo_std", convention="nemo_rl", group_size=4, std_floor=floor
-            )
-            want = knobs.nemo_rloo_std(rewards, prompts, floor=floor)
-            np.testing.assert_allclose(nemo.apply(rewards).advantages, want, rtol=1e-5, atol=1e-6)
+    with jax.enable_x64(dtype == "float64"):
+        for rewards in (dyadic.astype(dtype), normal.astype(dtype)):
+            for floor in (0.0, 0.3):
+                nemo = rn.group_advantages(
+                    "rloo_std", convention="nemo_rl", group_size=4, std_floor=floor
+                )
+                want = knobs.nemo_rloo_std(rewards, prompts, floor=floor)
+                _levels_close(nemo.apply(rewards).advantages, want, dtype)
     got = rn.group_advantages("rloo_std", convention="nemo_rl", group_size=4).apply(dyadic)
     np.testing.assert_allclose(got.advantages[:4], [1, -0.5773497, -0.5773497, -0.5773497], 1e-5)
 
