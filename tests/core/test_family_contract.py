@@ -281,18 +281,13 @@ def scaled(statistic, num_tasks=None):
 
 ENTRIES = {
     **{f"group:{e}": group(e) for e in CONVENTIONS["exact"].estimators},
-    **{
-        f"group:grpo:{c}": group("grpo", c)
-        for c, rules in CONVENTIONS.items()
-        if c != "exact" and "grpo" in rules.estimators
-    },
+    **{f"group:grpo:{c}": group("grpo", c) for c in ("trl", "verl", "tunix", "openrlhf", "roll")},
     "group:normalized:areal": group("normalized", "areal", mean="group", std="batch", ddof=0),
     "group:normalized:roll:running": group(
         "normalized", "roll", mean="group", std="running", num_domains=2
     ),
     "group:normalized:running:shared": group("normalized", mean="running", std="running"),
     "group:maxrl:skyrl": group("maxrl", "skyrl", ragged=True),
-    "group:rloo_std:nemo_rl": group("rloo_std", "nemo_rl"),
     "group:rloo:ragged": group("rloo", ragged=True),
     "group:gdpo:verl:ragged": group("gdpo", "verl", ragged=True),
     **{f"masked_whiten:{c}": whiten(c) for c in ("exact", "verl", "tunix", "openrlhf")},
