@@ -76,18 +76,18 @@ def group(estimator, convention="exact", ragged=False, **levels):
         est = rn.group_advantages(
             estimator, convention=convention, axis_name=axis_name, **layout, **levels
         )
-        stateful = est.step is not None and est.init is not None
+        step, init = est.step, est.init
 
         def run(state, rewards, ids, lengths):
             named = {"group_ids": ids} if ragged else {}
             if estimator == "opo":
                 named["lengths"] = lengths
-            if stateful:  # running statistics per domain: the ids modulo 2 as domains
+            if step is not None:  # running statistics per domain: the ids modulo 2 as domains
                 domains = ids % 2 if levels.get("num_domains") else None
-                return est.step(state, rewards, domains=domains, **named)
+                return step(state, rewards, domains=domains, **named)
             return est.apply(rewards, **named), state
 
-        return run, est.init() if stateful else None
+        return run, None if init is None else init()
 
     def inputs(rng, batch):
         rewards = _rewards(rng, batch, functions=2 if estimator == "gdpo" else 0)

@@ -719,7 +719,7 @@ def _normalized(config, levels: Levels, estimator, rules, groups, stats, values,
     if estimator == "rloo_vectorized":  # its leave-one-out sum is 0 for a group of one
         own = jnp.zeros_like(values)
     advantages = _overflowed(advantages)
-    if levels.mean == "batch":  # a constant batch: every numerator is exactly 0
+    if batch is not None and levels.mean == "batch":  # a constant batch: numerators exactly 0
         constant = batch.constant[0] & (batch.valid_count[0] > 1)
         advantages = jnp.where(constant, 0, advantages)
     if levels.mean != "group":  # no group is settled: its answers keep their numerators
