@@ -809,3 +809,12 @@ def test_a_gdpo_config_saves_its_own_metadata():
     other = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 0.25)).config
     with pytest.raises(ValueError, match="reward_weights/1"):
         rn.load_state({"x": jnp.zeros(2)}, data, other)
+
+
+def test_an_epsilon_under_the_square_root():
+    rewards = LEVEL_REWARDS[8:12].astype(np.float64)
+    est = rn.group_advantages(
+        mean="group", std="group", epsilon=0.5, epsilon_at="variance", group_size=4
+    )
+    want = (rewards - rewards.mean()) / np.sqrt(rewards.var(ddof=1) + 0.5)
+    np.testing.assert_allclose(est.apply(rewards.astype(np.float32)).advantages, want, rtol=1e-6)
