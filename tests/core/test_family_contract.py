@@ -62,20 +62,32 @@ def _rewards(rng, batch, functions=0):
     return rng.normal(1.0, 2.0, shape).astype(np.float32)
 
 
-def group(estimator, convention="exact", ragged=False):
+LEVELS = {"mean": "batch", "std": "group", "leave_one_out": True}  # "normalized" unless given
+
+
+def group(estimator, convention="exact", ragged=False, **levels):
+    if estimator == "normalized":
+        levels = levels or LEVELS
+
     def build(axis_name):
         layout: dict[str, Any] = {"num_groups": 4} if ragged else {"group_size": 4}
         if ragged and axis_name is not None:
             layout["groups_span_devices"] = True
-        est = rn.group_advantages(estimator, convention=convention, axis_name=axis_name, **layout)
+        est = rn.group_advantages(
+            estimator, convention=convention, axis_name=axis_name, **layout, **levels
+        )
+        step, init = est.step, est.init
 
         def run(state, rewards, ids, lengths):
             named = {"group_ids": ids} if ragged else {}
             if estimator == "opo":
                 named["lengths"] = lengths
+            if step is not None:  # running statistics per domain: the ids modulo 2 as domains
+                domains = ids % 2 if levels.get("num_domains") else None
+                return step(state, rewards, domains=domains, **named)
             return est.apply(rewards, **named), state
 
-        return run, None
+        return run, None if init is None else init()
 
     def inputs(rng, batch):
         rewards = _rewards(rng, batch, functions=2 if estimator == "gdpo" else 0)
@@ -269,7 +281,13 @@ def scaled(statistic, num_tasks=None):
 
 ENTRIES = {
     **{f"group:{e}": group(e) for e in CONVENTIONS["exact"].estimators},
-    **{f"group:grpo:{c}": group("grpo", c) for c in CONVENTIONS if c != "exact"},
+    **{f"group:grpo:{c}": group("grpo", c) for c in ("trl", "verl", "tunix", "openrlhf", "roll")},
+    "group:normalized:areal": group("normalized", "areal", mean="group", std="batch", ddof=0),
+    "group:normalized:roll:running": group(
+        "normalized", "roll", mean="group", std="running", num_domains=2
+    ),
+    "group:normalized:running:shared": group("normalized", mean="running", std="running"),
+    "group:maxrl:skyrl": group("maxrl", "skyrl", ragged=True),
     "group:rloo:ragged": group("rloo", ragged=True),
     "group:gdpo:verl:ragged": group("gdpo", "verl", ragged=True),
     **{f"masked_whiten:{c}": whiten(c) for c in ("exact", "verl", "tunix", "openrlhf")},

@@ -577,3 +577,244 @@ def test_traced_ids_out_of_range_are_a_checkify_error():
     with pytest.raises(checkify.JaxRuntimeError, match=r"group ids should be in \[0, 3\)"):
         error.throw()
     assert np.isnan(out.advantages[3])
+
+
+# Normalization levels, the trainers that expose them, MaxRL and NeMo RL's leave-one-out std.
+
+from tests import normalization_reference as knobs  # noqa: E402
+
+LEVEL_REWARDS = np.array(
+    [1, 0, 0, 0, 0.3, 0.3, 0.3, 0.3, 0.5, 2.25, -1.5, 0.75, 3.0, 1.0, 1.0, 0.0], np.float32
+)
+
+
+def _levels_close(got, want, dtype):
+    tolerance = {"float32": 1e-5, "float64": 1e-10}[dtype]
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=tolerance, atol=tolerance)
+
+
+AREAL_SETTINGS = [  # (mean_level, mean_leave1out, std_level, std_unbiased)
+    ("group", False, "group", True),
+    ("group", True, "group", True),
+    ("group", False, "batch", True),
+    ("group", False, "group", False),
+    ("none", False, "batch", True),
+    ("batch", False, "group", True),
+    ("batch", True, "batch", False),
+    ("group", True, "none", True),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_areal_normconfig_settings_match_areal(dtype):
+    with jax.enable_x64(dtype == "float64"):
+        rewards = LEVEL_REWARDS.astype(dtype)
+        for size, settings in ((4, AREAL_SETTINGS), (1, AREAL_SETTINGS[1::2])):
+            for mean, loo, std, unbiased in settings:
+                estimator = rn.group_advantages(
+                    mean=mean,
+                    std=std,
+                    leave_one_out=loo,
+                    ddof=int(unbiased),
+                    convention="areal",
+                    group_size=size,
+                )
+                want = knobs.areal(rewards, size, mean, std, leave_one_out=loo, unbiased=unbiased)
+                if mean == "group" and size > 1:  # a constant group: exactly 0, as AReaL's is
+                    want[4:8] = 0.0
+                _levels_close(jax.jit(estimator.apply)(rewards).advantages, want, dtype)
+
+
+ROLL_SETTINGS = [
+    ("group", "group"),
+    ("group", "batch"),
+    ("batch", "batch"),
+    ("batch", "none"),
+    ("none", "batch"),
+    ("group", "none"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_roll_reward_norm_settings_match_roll(dtype):
+    with jax.enable_x64(dtype == "float64"):
+        rewards = LEVEL_REWARDS.astype(dtype)
+        for mean, std in ROLL_SETTINGS:
+            estimator = rn.group_advantages(mean=mean, std=std, convention="roll", group_size=4)
+            want = knobs.roll(rewards, 4, mean, std)
+            if mean == "group":
+                want[4:8] = 0.0
+            _levels_close(jax.jit(estimator.apply)(rewards).advantages, want, dtype)
+        lone = rn.group_advantages(mean="group", std="group", convention="roll", group_size=1)
+        assert np.isnan(lone.apply(rewards).advantages).all()  # torch.std of one value
+        constant = np.full(8, 1000 / 7, dtype)  # float32 residues: the formula's exact 0
+        for convention in ("roll", "exact"):
+            estimator = rn.group_advantages(
+                mean="batch", std="batch", convention=convention, group_size=4
+            )
+            np.testing.assert_array_equal(jax.jit(estimator.apply)(constant).advantages, 0)
+
+
+def _stream(rng, batches=3, size=4):
+    """Batches of contiguous groups of ``size``, each group of one domain, domains ragged."""
+    out = []
+    for _ in range(batches):
+        groups = 4
+        domains = np.repeat(rng.integers(0, 3, groups), size).astype(np.int32)
+        rewards = rng.normal(0.5 + domains, 1.0 + domains).astype(np.float32)
+        out.append((rewards, domains))
+    return out
+
+
+def _stateful(estimator):
+    """The ``step`` (jitted) and ``init`` of an estimator with running statistics."""
+    assert estimator.step is not None
+    assert estimator.init is not None
+    return jax.jit(estimator.step), estimator.init
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_running_statistics_per_domain_match_rolls_pipeline_over_a_stream(dtype):
+    stream = _stream(np.random.default_rng(0))
+    with jax.enable_x64(dtype == "float64"):
+        for mean, std, domains in [
+            ("running", "running", 3),
+            ("group", "running", 3),
+            ("running", "running", None),
+        ]:
+            estimator = rn.group_advantages(
+                mean=mean, std=std, convention="roll", group_size=4, num_domains=domains
+            )
+            step, init = _stateful(estimator)
+            batches = [r.astype(dtype) for r, _ in stream]
+            ids = [d if domains else np.zeros_like(d) for _, d in stream]
+            want = knobs.roll_stream(batches, ids, 4, mean, std, domains or 1)
+            state = init()
+            for rewards, d, expected in zip(batches, ids, want, strict=True):
+                named = {"domains": d} if domains else {}
+                out, state = step(state, rewards, **named)
+                _levels_close(out.advantages, expected, dtype)
+            restored = rn.load_state(init(), rn.save_state(state, estimator.config))
+            np.testing.assert_array_equal(restored.stats.moments, state.stats.moments)
+
+
+def test_running_statistics_merge_across_devices_as_one_batch():
+    rewards, domains = _stream(np.random.default_rng(1), batches=1)[0]
+    estimator = rn.group_advantages(
+        mean="running", std="running", convention="roll", group_size=4, num_domains=3, axis_name="d"
+    )
+    alone = rn.group_advantages(
+        mean="running", std="running", convention="roll", group_size=4, num_domains=3
+    )
+    step, init = _stateful(estimator)
+    state = init()
+    out, merged = jax.vmap(lambda r, d: step(state, r, domains=d), axis_name="d")(
+        rewards.reshape(4, 4), domains.reshape(4, 4)
+    )
+    alone_step, alone_init = _stateful(alone)
+    want, whole = alone_step(alone_init(), rewards, domains=domains)
+    np.testing.assert_allclose(out.advantages.reshape(-1), want.advantages, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(merged.stats.mean[0], whole.stats.mean, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_maxrl_matches_skyrl(dtype):
+    ids = np.array([0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4])
+    with jax.enable_x64(dtype == "float64"):
+        rewards = np.array([1, 0, 0, 0, 1, 1, 0, 1, 0, 0, 0.5, 1], dtype)
+        skyrl = rn.group_advantages("maxrl", convention="skyrl", num_groups=5)
+        got = jax.jit(skyrl.apply)(rewards, group_ids=ids).advantages
+        _levels_close(got, knobs.skyrl_maxrl(rewards, ids), dtype)
+
+
+def test_maxrl_under_exact_is_nan_for_a_mean_of_zero():
+    exact = rn.group_advantages("maxrl", group_size=4)
+    got = exact.apply(np.array([1, 0, 0, 0, 1, -1, 1, -1], np.float32)).advantages
+    np.testing.assert_allclose(got[:4], [3, -1, -1, -1], rtol=1e-6)
+    assert np.isnan(got[4:]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rloo_std_matches_nemo_rl_with_its_zero_std_skip_and_floor(dtype):
+    rng = np.random.default_rng(2)
+    dyadic = rng.choice([0.0, 0.25, 1.0], 24).astype(np.float32)
+    dyadic[:4] = [1, 0, 0, 0]
+    normal = rng.normal(size=24).astype(np.float32)
+    prompts = np.arange(24) // 4
+    with jax.enable_x64(dtype == "float64"):
+        for rewards in (dyadic.astype(dtype), normal.astype(dtype)):
+            for floor in (0.0, 0.3):
+                nemo = rn.group_advantages(
+                    "rloo_std", convention="nemo_rl", group_size=4, std_floor=floor
+                )
+                want = knobs.nemo_rloo_std(rewards, prompts, floor=floor)
+                _levels_close(jax.jit(nemo.apply)(rewards).advantages, want, dtype)
+    got = rn.group_advantages("rloo_std", convention="nemo_rl", group_size=4).apply(dyadic)
+    np.testing.assert_allclose(got.advantages[:4], [1, -0.5773497, -0.5773497, -0.5773497], 1e-5)
+
+
+def test_gpg_alpha_is_verls_float32_reciprocal_times_the_batch():
+    for answers in (6, 10, 14, 26):
+        apply = jax.jit(rn.group_advantages("gpg", convention="verl", group_size=2).apply)
+        for nonzero in range(1, answers // 2 + 1):
+            rewards = np.zeros(answers, np.float32)
+            rewards[0] = 2.0  # the group [2, 0]: deviations of exactly +-1
+            rewards[2 : 2 * nonzero : 2] = 1.0  # groups [1, 0]
+            alpha = apply(rewards).advantages[0]
+            assert alpha == knobs.verl_gpg_alpha(answers, nonzero), (answers, nonzero)
+    assert float(knobs.verl_gpg_alpha(14, 6)) == 2.3333334922790527
+
+
+def test_the_named_estimators_are_presets_of_the_levels():
+    rewards = LEVEL_REWARDS
+    presets: list[tuple[str, dict[str, Any]]] = [
+        ("grpo", {"mean": "group", "std": "group"}),
+        ("dr_grpo", {"mean": "group", "std": "none"}),
+        ("batch_std", {"mean": "group", "std": "batch"}),
+        ("rloo", {"mean": "group", "std": "none", "leave_one_out": True}),
+    ]
+    for estimator, levels in presets:
+        for convention in ("exact", "roll") if estimator != "rloo" else ("exact",):
+            named = rn.group_advantages(estimator, convention=convention, group_size=4)
+            knob = rn.group_advantages(convention=convention, group_size=4, **levels)
+            np.testing.assert_array_equal(
+                named.apply(rewards).advantages, knob.apply(rewards).advantages
+            )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"mean": "domain", "std": "none"}, r"mean should be one of 'group'"),
+        ({"mean": "group"}, r"takes both levels"),
+        ({"estimator": "grpo", "std": "batch"}, r"estimator='normalized''s options"),
+        ({"mean": "none", "std": "group", "leave_one_out": True}, r"leave_one_out=True leaves"),
+        ({"mean": "group", "std": "group", "ddof": 2}, r"ddof should be 0 or 1, got ddof=2"),
+        ({"estimator": "grpo", "epsilon": -1.0}, r"epsilon should be a finite number >= 0"),
+        ({"estimator": "grpo", "epsilon_at": "var"}, r"epsilon_at should be one of 'std'"),
+        ({"estimator": "grpo", "num_domains": 2}, r"num_domains=2 keys running statistics"),
+        ({"estimator": "grpo", "std_floor": 1e-3}, r"std_floor is for estimator='rloo_std'"),
+        ({"estimator": "maxrl", "convention": "areal"}, r"has no estimator 'maxrl'"),
+    ],
+)
+def test_level_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        rn.group_advantages(group_size=4, **options)
+
+
+def test_a_gdpo_config_saves_its_own_metadata():
+    config = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 0.5)).config
+    data = rn.save_state({"x": jnp.zeros(2)}, config)
+    rn.load_state({"x": jnp.zeros(2)}, data, config)
+    other = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 0.25)).config
+    with pytest.raises(ValueError, match="reward_weights/1"):
+        rn.load_state({"x": jnp.zeros(2)}, data, other)
+
+
+def test_an_epsilon_under_the_square_root():
+    rewards = LEVEL_REWARDS[8:12].astype(np.float64)
+    est = rn.group_advantages(
+        mean="group", std="group", epsilon=0.5, epsilon_at="variance", group_size=4
+    )
+    want = (rewards - rewards.mean()) / np.sqrt(rewards.var(ddof=1) + 0.5)
+    np.testing.assert_allclose(est.apply(rewards.astype(np.float32)).advantages, want, rtol=1e-6)

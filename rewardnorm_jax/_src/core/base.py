@@ -75,9 +75,11 @@ class Config:
 
         Nested dataclasses (a :class:`~rewardnorm_jax.Semantics`, a
         :class:`~rewardnorm_jax.Statistics`) are flattened under their field's
-        name (``"semantics/clip"``); fields marked ``metadata={"checkpoint":
-        False}`` (an ``axis_name``, which says where a run executes, not what
-        it learns) are left out.
+        name (``"semantics/clip"``), and tuples (``group_advantages``'
+        ``reward_weights``) as their length and entries
+        (``"reward_weights/length"``, ``"reward_weights/0"``); fields marked
+        ``metadata={"checkpoint": False}`` (an ``axis_name``, which says where
+        a run executes, not what it learns) are left out.
         """
         found: dict[str, Any] = {"transform": self.name}
         for field in dataclasses.fields(self):
@@ -94,6 +96,11 @@ def _flat(path: str, value: Any) -> dict[str, Any]:
         return found
     if isinstance(value, np.dtype):
         return {path: value.name}
+    if isinstance(value, tuple):
+        found = {f"{path}/length": len(value)}
+        for position, entry in enumerate(value):
+            found.update(_flat(f"{path}/{position}", entry))
+        return found
     return {path: _plain(value)}
 
 

@@ -35,9 +35,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from rewardnorm_jax._src.core import base, checks
+from rewardnorm_jax._src.llm import domains as domain_stats
 from rewardnorm_jax._src.llm import layout as layouts
-from rewardnorm_jax._src.llm.conventions import CONVENTIONS, ESTIMATORS, Convention
-from rewardnorm_jax._src.llm.moments import Moments, deviations, moments, power_of_two, std
+from rewardnorm_jax._src.llm.conventions import (
+    CONVENTIONS,
+    ESTIMATORS,
+    LEVELS,
+    PRESETS,
+    Convention,
+)
+from rewardnorm_jax._src.llm.moments import Moments, deviations, moments, power_of_two
+from rewardnorm_jax._src.llm.moments import variance as moment_variance
 from rewardnorm_jax._src.stats import running as rs
 
 
@@ -54,7 +62,7 @@ class GroupAdvantageConfig(base.Config):
     """The options of :func:`group_advantages`, checked when it is built."""
 
     name: ClassVar[str] = "group_advantages"
-    estimator: str = "grpo"
+    estimator: Any = None  # None: "normalized" if a level is set, else "grpo"
     convention: str = "exact"
     group_size: int | None = None
     num_groups: int | None = None
@@ -63,9 +71,23 @@ class GroupAdvantageConfig(base.Config):
     standardize_batch: bool = False
     f_norm: Any = None  # gpg's divisor, stored as a float
     axis_name: Any = dataclasses.field(default=None, metadata={"checkpoint": False})
+    mean: Any = None  # a level of LEVELS; a preset's for its estimators, None for the others
+    std: Any = None
+    leave_one_out: Any = None
+    ddof: Any = None  # the convention's unless given
+    epsilon: Any = None
+    epsilon_at: Any = None
+    num_domains: int | None = None
+    std_floor: Any = None  # rloo_std's, stored as a float
 
     def __post_init__(self):
-        checks.check_choice("estimator", self.estimator, ESTIMATORS)
+        estimator = self.estimator
+        if estimator is None:
+            named = self.mean is not None or self.std is not None
+            estimator = "normalized" if named else "grpo"
+        object.__setattr__(
+            self, "estimator", checks.check_choice("estimator", estimator, ESTIMATORS)
+        )
         checks.check_choice("convention", self.convention, tuple(CONVENTIONS))
         rules = CONVENTIONS[self.convention]
         if self.estimator not in rules.estimators:
@@ -79,6 +101,83 @@ class GroupAdvantageConfig(base.Config):
         object.__setattr__(self, "reward_weights", self._checked_weights())
         self._check_standardize_batch()
         object.__setattr__(self, "f_norm", self._checked_f_norm())
+        self._set_levels()
+        self._set_arithmetic(rules)
+
+    def _set_levels(self) -> None:
+        """``mean``, ``std`` and ``leave_one_out``: given (``normalized``) or the preset's."""
+        given = {"mean": self.mean, "std": self.std, "leave_one_out": self.leave_one_out}
+        if self.estimator != "normalized":
+            if any(value is not None for value in given.values()):
+                raise ValueError(
+                    f"mean, std and leave_one_out are estimator='normalized''s options (the "
+                    f"named estimators are presets of them), got estimator={self.estimator!r} "
+                    f"with {', '.join(f'{k}={v!r}' for k, v in given.items() if v is not None)}."
+                )
+            mean, leave_one_out, std = PRESETS.get(self.estimator, (None, None, None))
+        else:
+            if self.mean is None or self.std is None:
+                raise ValueError(
+                    "estimator='normalized' takes both levels: mean and std, each one of "
+                    f"{', '.join(map(repr, LEVELS))}, got mean={self.mean!r}, std={self.std!r}."
+                )
+            mean = checks.check_choice("mean", self.mean, LEVELS)
+            std = checks.check_choice("std", self.std, LEVELS)
+            leave_one_out = checks.check_bool(
+                "leave_one_out", False if self.leave_one_out is None else self.leave_one_out
+            )
+            if leave_one_out and mean not in ("group", "batch"):
+                raise ValueError(
+                    f"leave_one_out=True leaves each answer out of its group's or batch's "
+                    f"mean, got mean={mean!r}."
+                )
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "std", std)
+        object.__setattr__(self, "leave_one_out", leave_one_out)
+        running = "running" in (mean, std)
+        if running:
+            if self.num_domains is not None:
+                checks.check_count(
+                    "num_domains", self.num_domains, minimum=1, maximum=checks.MAX_TASKS
+                )
+        elif self.num_domains is not None:
+            raise ValueError(
+                f"num_domains={self.num_domains!r} keys running statistics: it is for "
+                "mean='running' or std='running'."
+            )
+
+    def _set_arithmetic(self, rules: Convention) -> None:
+        """``ddof``, ``epsilon``, ``epsilon_at`` (the convention's unless given), ``std_floor``."""
+        ddof = rules.ddof if self.ddof is None else self.ddof
+        if isinstance(ddof, bool) or ddof not in (0, 1):
+            raise ValueError(f"ddof should be 0 or 1, got ddof={self.ddof!r}.")
+        epsilon = rules.epsilon if self.epsilon is None else self.epsilon
+        if not (checks.is_real(epsilon) and math.isfinite(epsilon) and epsilon >= 0):
+            raise ValueError(f"epsilon should be a finite number >= 0, got epsilon={epsilon!r}.")
+        epsilon_at = rules.epsilon_at if self.epsilon_at is None else self.epsilon_at
+        checks.check_choice("epsilon_at", epsilon_at, ("std", "variance"))
+        object.__setattr__(self, "ddof", int(ddof))
+        object.__setattr__(self, "epsilon", float(epsilon))
+        object.__setattr__(self, "epsilon_at", epsilon_at)
+        floor = self.std_floor
+        if floor is not None:
+            if self.estimator != "rloo_std":
+                raise ValueError(
+                    f"std_floor is for estimator='rloo_std', got estimator={self.estimator!r} "
+                    f"with std_floor={floor!r}."
+                )
+            if not (checks.is_real(floor) and math.isfinite(floor) and floor >= 0):
+                raise ValueError(
+                    f"std_floor should be a finite number >= 0, got std_floor={floor!r}."
+                )
+        elif self.estimator == "rloo_std":
+            floor = 0.0
+        object.__setattr__(self, "std_floor", None if floor is None else float(floor))
+
+    @property
+    def running(self) -> bool:
+        """Whether a level is running statistics (the estimator then has a state)."""
+        return "running" in (self.mean, self.std)
 
     def _check_groups(self, rules: Convention) -> None:
         if (self.group_size is None) == (self.num_groups is None):
@@ -169,14 +268,25 @@ class GroupAdvantageEstimator(NamedTuple):
     * ``lengths``: ``opo`` only: each answer's length, shape ``(B,)``,
       finite and >= 0. A group whose valid answers have total length 0 has
       no baseline, nor one holding a traced length out of range: NaN.
+
+    An estimator with a ``"running"`` level keeps running statistics: its
+    ``init()`` gives them before any reward, ``step(state, rewards, *,
+    domains=None, group_ids=None) -> (GroupAdvantages, state)`` merges the
+    batch into them and then normalizes it with them (ROLL's order), and
+    ``apply(rewards, *, state, domains=None, group_ids=None)`` normalizes
+    with ``state`` as it is. ``domains``: with ``num_domains``, each answer's
+    domain id in ``[0, num_domains)``. Without a running level, ``init`` and
+    ``step`` are None.
     """
 
     apply: Callable[..., GroupAdvantages]
     config: GroupAdvantageConfig
+    init: Callable[[], domain_stats.DomainStatistics] | None = None
+    step: Callable[..., tuple[GroupAdvantages, domain_stats.DomainStatistics]] | None = None
 
 
 def group_advantages(
-    estimator: str = "grpo",
+    estimator: str | None = None,
     *,
     convention: str = "exact",
     group_size: int | None = None,
@@ -186,6 +296,14 @@ def group_advantages(
     standardize_batch: bool = False,
     f_norm: float | None = None,
     axis_name=None,
+    mean: str | None = None,
+    std: str | None = None,
+    leave_one_out: bool | None = None,
+    ddof: int | None = None,
+    epsilon: float | None = None,
+    epsilon_at: str | None = None,
+    num_domains: int | None = None,
+    std_floor: float | None = None,
 ) -> GroupAdvantageEstimator:
     r"""An estimator of group-relative advantages: ``apply(rewards, ...)`` gives them.
 
@@ -208,10 +326,72 @@ def group_advantages(
     ``verl``      1     1e-6     mean 0, std 1: keeps r   its group's advantages NaN
     ``tunix``     1     1e-6     refused (NaN if ragged)  its group's advantages NaN
     ``openrlhf``  1     1e-9     refused (NaN if ragged)  its group's advantages NaN
+    ``areal``     1     1e-5     loo mean 0, ddof-1 std   every advantage of a
+                                 1 (AReaL's cases)        statistic holding it NaN
+    ``roll``      1     1e-6     ddof-1 std NaN: NaN      every advantage of a
+                                 standardized, else 0     statistic holding it NaN
+    ``skyrl``     1     1e-6     mean 0: keeps r          its group's advantages NaN
+    ``nemo_rl``   1     1e-6     0                        its group's advantages NaN
     ============  ====  =======  =======================  ===========================
 
-    The epsilon is added to the standard deviation. A constant group gives
-    exactly 0 in every convention, in float32 as in float64: the library
+    The epsilon is added to the standard deviation (``epsilon_at="std"``; under
+    the square root with ``"variance"``). A ``"batch"`` or ``"group"``
+    standard deviation is taken about its own set's mean (``torch.std``),
+    except under ``areal``, whose standard deviation is about the mean the
+    advantages subtract (AReaL's ``_compute_std(x, mask, mean)``): for
+    ``mean="group", std="batch"`` the batch's spread of the group-centred
+    rewards, for ``mean="none"`` the root mean square of the rewards.
+
+    **Levels** (``estimator="normalized"``, the default when ``mean`` or
+    ``std`` is given): :math:`A = (r - \mu) / (\sigma + \epsilon)`, or
+    :math:`r - \mu` with ``std="none"``, the mean :math:`\mu` of the
+    ``"group"`` (optionally leaving the answer out, :math:`(S - r) / (n -
+    1)`), the ``"batch"`` (likewise), ``"running"`` statistics or ``"none"``
+    (0), the standard deviation :math:`\sigma` of the ``"group"``, the
+    ``"batch"``, ``"running"`` statistics or ``"none"``. ``grpo`` is
+    ``mean="group", std="group"``; ``dr_grpo`` and ``reinforce_pp_baseline``
+    ``std="none"``; ``batch_std`` ``std="batch"``; ``rloo`` and
+    ``rloo_vectorized`` ``leave_one_out=True, std="none"``: the same code,
+    the same numbers. AReaL's ``NormConfig(mean_level, mean_leave1out,
+    std_level, std_unbiased)`` is ``convention="areal"`` with ``mean``,
+    ``leave_one_out``, ``std`` and ``ddof=int(std_unbiased)``; ROLL's
+    ``reward_norm(norm_mean_type, norm_std_type)`` is ``convention="roll"``
+    with ``mean`` and ``std`` (ROLL calls it on each domain's part of the
+    batch: call ``apply`` on each domain's rewards for its batch levels).
+    A group is settled (constant: exactly 0; of one: the convention's rule)
+    where the mean is the group's; with another mean, its answers keep
+    :math:`(r - \mu) / (\sigma + \epsilon)`.
+
+    **Running statistics** (:mod:`~rewardnorm_jax._src.llm.domains`): with a
+    ``"running"`` level the estimator keeps the running mean and ddof
+    standard deviation of every reward seen, one set per domain with
+    ``num_domains`` (ROLL's ``RunningMoments`` per domain) or one shared
+    set; ``step`` merges the batch's finite rewards first, then normalizes
+    (ROLL's order). ROLL's ``reward_norm`` reads ``running_ctrl["domain"]``, a
+    key its pipeline never sets (it keys them by domain name: a KeyError as
+    written); the library does what its pipeline and docs intend, one set
+    per domain. Under ``"spreads"`` a NaN reward makes its domain's answers
+    NaN in that batch and is left out of the statistics (in ROLL it makes the
+    domain's statistics NaN for good).
+
+    **MaxRL** (``maxrl``, SkyRL's ``compute_maxrl_advantage``):
+    :math:`A = (r - \bar r) / (\bar r + \epsilon)`, meant for binary
+    rewards (a mean near 0 or below it makes it meaningless): [1, 0, 0, 0]
+    gives [3, -1, -1, -1]. Under ``exact`` (no epsilon) a group of mean 0 whose
+    rewards are not constant ([1, -1]) gives NaN; a constant group 0; a group
+    of one 0 (``skyrl``: its reward, as SkyRL's mean of a group of one is 0).
+    **NeMo RL's leave-one-out std** (``rloo_std``, ``use_leave_one_out_baseline``
+    with ``normalize_rewards``): :math:`A_i = (r_i - \bar r_{-i}) /
+    (\sigma_{-i} + \epsilon)` with :math:`\sigma_{-i}` the others' ddof-1
+    standard deviation, or :math:`r_i - \bar r_{-i}` where it is at most
+    ``std_floor`` (0: NeMo's zero-std skip, NVIDIA-NeMo/RL#1519; 1e-3 the floor
+    proposed in NVIDIA-NeMo/RL#4161 against float32 residues, which the
+    library does not leave): [1, 0, 0, 0] gives [1, -0.5774, -0.5774,
+    -0.5774]; a group of one or two keeps :math:`r_i - \bar r_{-i}` (0 for
+    one).
+
+    Where the mean is the group's, a constant group gives exactly 0 in every
+    convention, in float32 as in float64: the library
     detects it, where the trainers' float32 code leaves residues up to 0.99.
     Every standardized value (``grpo``, ``batch_std``, ``gdpo``) is within
     about 1e-6 (relative to ``|A| + 1``) of the convention evaluated in float64
@@ -254,9 +434,12 @@ def group_advantages(
     Args:
       estimator: ``"grpo"``, ``"dr_grpo"``, ``"batch_std"``, ``"rloo"``,
         ``"rloo_vectorized"``, ``"opo"``, ``"reinforce_pp_baseline"``,
-        ``"gdpo"`` or ``"gpg"``.
+        ``"gdpo"``, ``"gpg"``, ``"maxrl"``, ``"rloo_std"`` or
+        ``"normalized"`` (the levels below); default ``"normalized"`` where
+        ``mean`` or ``std`` is given, else ``"grpo"``.
       convention: ``"exact"`` (the library's), or one trainer's:
-        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``.
+        ``"trl"``, ``"verl"``, ``"tunix"``, ``"openrlhf"``, ``"areal"``,
+        ``"roll"``, ``"skyrl"``, ``"nemo_rl"``.
       group_size: contiguous groups (Tunix, OpenRLHF): answers
         ``[k G, (k + 1) G)`` answer prompt ``k``. With an ``axis_name``, each
         device's batch must hold whole groups (an error otherwise).
@@ -280,7 +463,23 @@ def group_advantages(
       axis_name: the axis of the devices that hold the batch (inside
         ``shard_map``, ``pmap`` or ``vmap``): batch statistics (``batch_std``,
         ``gdpo``, ``gpg``'s :math:`\alpha`), and groups that span devices, are
-        computed over all of them.
+        computed over all of them; running statistics merge across it.
+      mean: ``"normalized"`` only: ``"group"``, ``"batch"``, ``"running"``
+        or ``"none"``.
+      std: ``"normalized"`` only: ``"group"``, ``"batch"``, ``"running"``
+        or ``"none"``.
+      leave_one_out: ``"normalized"`` only: leave each answer out of its
+        group's or batch's mean (AReaL's ``mean_leave1out``).
+      ddof: 0 or 1, every standard deviation's delta degrees of freedom
+        (AReaL's ``std_unbiased``); default the convention's.
+      epsilon: finite and >= 0; default the convention's.
+      epsilon_at: ``"std"`` (added to the standard deviation) or
+        ``"variance"`` (under the square root); default the convention's.
+      num_domains: with a ``"running"`` level: one set of running statistics
+        per domain, ids in ``[0, num_domains)`` passed as ``domains``; None:
+        one shared set.
+      std_floor: ``rloo_std`` only: the others' standard deviation at or
+        below which the advantage is left undivided (default 0).
 
     Returns:
       A :class:`GroupAdvantageEstimator`, whose ``apply`` works under ``jit``,
@@ -333,7 +532,17 @@ def group_advantages(
         standardize_batch,
         f_norm,
         axis_name,
+        mean,
+        std,
+        leave_one_out,
+        ddof,
+        epsilon,
+        epsilon_at,
+        num_domains,
+        std_floor,
     )
+    if config.running:
+        return _running_estimator(config)
 
     def checked_apply(rewards, *, group_ids=None, lengths=None) -> GroupAdvantages:
         rs.participants(config.axis_name)  # an unbound axis_name is named before any collective
@@ -342,7 +551,66 @@ def group_advantages(
     return GroupAdvantageEstimator(apply=checked_apply, config=config)
 
 
-def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdvantages:
+class Running(NamedTuple):
+    """Each answer's running statistics: mean (two words), standard deviation, NaN flag."""
+
+    mean_high: jax.Array
+    mean_low: jax.Array
+    std: jax.Array
+    incomplete: jax.Array | None  # its domain's batch holds an invalid reward ("spreads")
+
+
+def _running_estimator(config: GroupAdvantageConfig) -> GroupAdvantageEstimator:
+    """The estimator of running levels: ``init``, ``step`` and ``apply`` with a state."""
+
+    def init() -> domain_stats.DomainStatistics:
+        return domain_stats.init(config.num_domains)
+
+    def checked(state, rewards, group_ids, domains):
+        rs.participants(config.axis_name)
+        checks.check_state(state, checks.expected_layout(init), (), config)
+        rewards, group_ids, _ = _check_inputs(config, rewards, group_ids, None)
+        return rewards, group_ids, _check_domains(config, rewards.shape[0], domains)
+
+    def checked_apply(rewards, *, state, domains=None, group_ids=None) -> GroupAdvantages:
+        rewards, group_ids, domains = checked(state, rewards, group_ids, domains)
+        return _apply_running(config, state, rewards, group_ids, domains)
+
+    def step(state, rewards, *, domains=None, group_ids=None):
+        rewards, group_ids, domains = checked(state, rewards, group_ids, domains)
+        state = domain_stats.update(state, rewards, domains, config.axis_name)
+        return _apply_running(config, state, rewards, group_ids, domains), state
+
+    return GroupAdvantageEstimator(apply=checked_apply, config=config, init=init, step=step)
+
+
+def _apply_running(config, state, rewards, group_ids, domains) -> GroupAdvantages:
+    mean_high, mean_low, spread = domain_stats.read(state, domains, config.ddof, rewards.dtype)
+    incomplete = None
+    if CONVENTIONS[config.convention].invalid == "spreads":  # a NaN makes its domain's NaN
+        invalid = (~jnp.isfinite(rewards)).astype(rewards.dtype)
+        if domains is None:
+            incomplete = layouts.Whole(config.axis_name).sums(invalid)[0][0] > 0
+        else:
+            counts = jax.ops.segment_sum(invalid, domains, cast(int, config.num_domains))
+            if config.axis_name is not None:
+                counts = jax.lax.psum(counts, config.axis_name)
+            incomplete = rs.per_key(counts, domains) > 0
+    shape = rewards.shape
+    if incomplete is not None:
+        incomplete = jnp.broadcast_to(incomplete, shape)
+    running = Running(
+        jnp.broadcast_to(mean_high, shape),
+        jnp.broadcast_to(mean_low, shape),
+        jnp.broadcast_to(spread, shape),
+        incomplete,
+    )
+    return apply(config, rewards, group_ids, None, running)
+
+
+def apply(
+    config: GroupAdvantageConfig, rewards, group_ids, lengths, running: Running | None = None
+) -> GroupAdvantages:
     """The advantages of checked inputs: floating ``rewards``, int32 ``group_ids`` or None."""
     rules = CONVENTIONS[config.convention]
     groups = _layout(config, group_ids)
@@ -355,7 +623,7 @@ def apply(config: GroupAdvantageConfig, rewards, group_ids, lengths) -> GroupAdv
         weights = groups.grouped(lengths)
         weights = weights * groups.rows(power_of_two(groups.largest(weights, valid)))
     stats = moments(groups, values, valid, weights, scaled=True)
-    advantages = _estimate(config, config.estimator, rules, groups, stats, values)
+    advantages = _estimate(config, config.estimator, rules, groups, stats, values, running)
     zero_variance = groups.flat(_zero(groups, stats, valid))
     if config.standardize_batch:  # groups of one are left out, as TRL's NaN baselines are
         single = groups.rows(stats.valid_count) == 1
@@ -385,38 +653,185 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
 
 
-def _estimate(config, estimator: str, rules: Convention, groups, stats: Moments, values):
+def _estimate(
+    config, estimator: str, rules: Convention, groups, stats: Moments, values, running=None
+):
     """``estimator``'s advantages of the grouped ``values``, before the invalid ones are settled.
 
     ``stats`` are scaled moments (:func:`~rewardnorm_jax._src.llm.moments.moments`):
     deviations and spreads are taken at their scale and the advantages brought
     back from it last, so that every advantage the dtype holds is computed.
     """
+    levels = PRESETS.get(estimator)
+    if estimator == "normalized":
+        levels = (config.mean, config.leave_one_out, config.std)
+    if levels is not None:
+        return _normalized(
+            config, Levels(*levels), estimator, rules, groups, stats, values, running
+        )
     scale = groups.rows(stats.scale)
     advantages = deviations(groups, stats, values)
-    own = values  # a group of one under the "own" rule: its mean taken as 0, its std as 1
-    if estimator == "grpo":
-        spread = groups.rows(std(stats, rules.ddof)) + rules.epsilon * scale
-        advantages, scale = advantages / spread, 1
-        own = values / (1 + rules.epsilon)
-    elif estimator == "batch_std":
-        whole = layouts.Whole(config.axis_name)
-        rewards, valid = groups.flat(values), groups.flat(jnp.isfinite(values))
-        batch = moments(whole, rewards, valid, scaled=True)
-        batch_scale = whole.rows(batch.scale)
-        # The batch's scale is at most each group's: their quotient is a power of two <= 1.
-        spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * batch_scale
-        advantages, scale = advantages * (batch_scale / scale) / spread, 1
-    elif estimator in ("rloo", "rloo_vectorized"):
-        count = groups.rows(stats.valid_count)
-        advantages = advantages * (count / (count - 1))
-        if estimator == "rloo_vectorized":  # its leave-one-out sum is 0 for a group of one
-            own = jnp.zeros_like(values)
-    elif estimator == "gpg":
+    own = values  # a group of one under the "own" rule: its mean taken as 0
+    if estimator == "gpg":
         alpha, f_norm = _gpg_alpha(config, rules, groups, values), config.f_norm or 1.0
         # alpha first: an answer at its group's mean stays 0 whatever f_norm is.
         advantages, own = advantages * alpha / f_norm, values * alpha / f_norm
+    elif estimator == "maxrl":  # both at the group's scale: their quotient is scale-free
+        mean = groups.rows(stats.shift + stats.mean)
+        advantages, scale = advantages / (mean + config.epsilon * scale), 1
+    elif estimator == "rloo_std":
+        advantages, scale = _rloo_std(config, groups, stats, values, advantages, scale), 1
     return _settle(rules, groups, stats, _overflowed(advantages / scale), _overflowed(own))
+
+
+class Levels(NamedTuple):
+    """Where the mean and the standard deviation of a normalized advantage are taken."""
+
+    mean: str
+    leave_one_out: bool
+    std: str
+
+
+def _normalized(config, levels: Levels, estimator, rules, groups, stats, values, running):
+    r""":math:`(r - \mu) / (\sigma + \epsilon)` with the mean and the std of ``levels``.
+
+    The numerator and the spread are each taken at a power-of-two scale of
+    their own (the group's, the batch's, 1 for running statistics), and their
+    quotient brought back by the ratio of the scales, which is exact.
+    """
+    count = groups.rows(stats.valid_count)
+    batch = None
+    if "batch" in levels[::2]:
+        whole = layouts.Whole(config.axis_name)
+        batch = moments(whole, groups.flat(values), groups.flat(jnp.isfinite(values)), scaled=True)
+    numerator, numerator_scale = _centred(
+        config, levels, rules, groups, stats, batch, values, running
+    )
+    own = values  # verl's group of one: its mean taken as 0 and its std as 1
+    if levels.std == "none":
+        advantages = numerator / numerator_scale
+    else:
+        spread, spread_scale = _spread(
+            config, levels, rules, groups, stats, batch, values, numerator, numerator_scale, running
+        )
+        advantages = numerator * (spread_scale / numerator_scale) / spread
+        own = values / (1 + config.epsilon)
+    if estimator == "rloo_vectorized":  # its leave-one-out sum is 0 for a group of one
+        own = jnp.zeros_like(values)
+    advantages = _overflowed(advantages)
+    if batch is not None and levels.mean == "batch":  # a constant batch: numerators exactly 0
+        constant = batch.constant[0] & (batch.valid_count[0] > 1)
+        advantages = jnp.where(constant, 0, advantages)
+    if levels.mean != "group":  # no group is settled: its answers keep their numerators
+        return _spread_invalid(config, rules, groups, batch, running, advantages)
+    if rules.singleton in ("unit", "formula"):  # the formula has settled groups of one
+        constant = groups.rows(stats.constant) & (count > 1)
+        advantages = jnp.where(constant, 0, advantages)
+    else:
+        advantages = _settle(rules, groups, stats, advantages, _overflowed(own))
+    return _spread_invalid(config, rules, groups, batch, running, advantages)
+
+
+def _centred(config, levels: Levels, rules, groups, stats, batch, values, running):
+    """Each answer minus the mean of its level, and the scale it is taken at."""
+    scale = groups.rows(stats.scale)
+    if levels.mean == "none":
+        return values * scale, scale
+    if levels.mean == "running":
+        centred = (values - groups.grouped(running.mean_high)) - groups.grouped(running.mean_low)
+        return centred, jnp.ones_like(scale)
+    if levels.mean == "group":
+        layout, moment, count = groups, stats, groups.rows(stats.valid_count)
+        centred = deviations(groups, stats, values)
+    else:
+        layout, moment = layouts.Whole(config.axis_name), batch
+        count = layout.rows(moment.valid_count)
+        centred = groups.grouped(deviations(layout, moment, groups.flat(values)))
+        scale = layout.rows(moment.scale)
+    if levels.leave_one_out:  # r - (S - r) / (n - 1) = n / (n - 1) (r - mean)
+        centred = centred * (count / (count - 1))
+        if rules.singleton == "unit":  # AReaL: a lone answer's leave-one-out mean is 0
+            centred = jnp.where(count == 1, values * scale, centred)
+    return centred, scale
+
+
+def _spread(
+    config, levels, rules, groups, stats, batch, values, numerator, numerator_scale, running
+):
+    """The standard deviation of the std's level with the epsilon, and its scale."""
+    if levels.std == "running":
+        return _with_epsilon(config, groups.grouped(running.std) ** 2, 1), 1
+    valid = jnp.isfinite(values)
+    if levels.std == "group":
+        layout, moment, scale = groups, stats, groups.rows(stats.scale)
+    else:
+        layout, moment = layouts.Whole(config.axis_name), batch
+        scale = layout.rows(moment.scale)
+    if rules.centring == "own":
+        variance = layout.rows(moment_variance(moment, config.ddof))
+    else:  # about the numerator's mean: the root mean square of the numerators
+        at_scale = jnp.where(valid, numerator * (scale / numerator_scale), 0)
+        if levels.std == "group":
+            (squares,) = groups.sums(at_scale * at_scale)
+        else:
+            (squares,) = layout.sums(groups.flat(at_scale * at_scale))
+        weight = moment.valid_count - config.ddof
+        variance = layout.rows(
+            jnp.where(weight > 0, squares / jnp.where(weight > 0, weight, 1), jnp.nan)
+        )
+    if rules.singleton == "unit" and config.ddof == 1:  # AReaL: one answer's std is 1
+        variance = jnp.where(layout.rows(moment.valid_count) == 1, scale * scale, variance)
+    return _with_epsilon(config, variance, scale), scale
+
+
+def _with_epsilon(config, variance, scale):
+    """The spread: the epsilon added to the std, or to the variance under its square root."""
+    if config.epsilon_at == "variance":
+        return jnp.sqrt(variance + config.epsilon * scale * scale)
+    return jnp.sqrt(variance) + config.epsilon * scale
+
+
+def _spread_invalid(config, rules, groups, batch, running, advantages):
+    """Under ``"spreads"``: NaN for every answer of a batch or domain statistic holding a NaN."""
+    if rules.invalid != "spreads":
+        return advantages
+    if batch is not None:
+        flat = groups.flat(advantages)
+        (answers,) = layouts.Whole(config.axis_name).sums(jnp.ones_like(flat))
+        advantages = jnp.where(batch.valid_count[0] < answers[0], jnp.nan, advantages)
+    if running is not None and running.incomplete is not None:
+        advantages = jnp.where(groups.grouped(running.incomplete), jnp.nan, advantages)
+    return advantages
+
+
+def _rloo_std(config, groups, stats, values, advantages, scale):
+    r"""NeMo RL's leave-one-out advantage over the others' standard deviation.
+
+    :math:`A_i = (r_i - \bar r_{-i}) / (\sigma_{-i} + \epsilon)` where the
+    others' (ddof-1) standard deviation :math:`\sigma_{-i}` is above
+    ``std_floor``, else :math:`r_i - \bar r_{-i}` (NeMo's zero-std skip). The
+    others' sum of squares is :math:`S - \frac{n}{n-1}(r_i - \bar r)^2`; they are
+    constant (:math:`\sigma_{-i} = 0` exactly) when the group is, or when
+    :math:`r_i` is its one value apart from the others'.
+    """
+    valid = jnp.isfinite(values)
+    count = groups.rows(stats.valid_count)
+    centred = advantages * (count / (count - 1))  # r_i minus the others' mean, at the scale
+    largest = groups.largest(values, valid)
+    smallest = -groups.largest(-values, valid)
+    at_max = valid & (values == groups.rows(largest))
+    at_min = valid & (values == groups.rows(smallest))
+    maxima, minima = groups.sums(at_max.astype(values.dtype), at_min.astype(values.dtype))
+    maxima, minima = groups.rows(maxima), groups.rows(minima)
+    alone = (at_max & (maxima == 1) & (minima == count - 1)) | (
+        at_min & (minima == 1) & (maxima == count - 1)
+    )
+    others = jnp.maximum(groups.rows(stats.squares) - advantages * centred, 0)
+    others_std = jnp.sqrt(others / (count - 2))
+    constant = groups.rows(stats.constant) | alone | (count <= 2)
+    divided = ~constant & (others_std > config.std_floor * scale)
+    spread = jnp.where(divided, others_std + config.epsilon * scale, scale)
+    return centred / spread
 
 
 def _overflowed(advantages: jax.Array) -> jax.Array:
@@ -430,7 +845,10 @@ def _gpg_alpha(config, rules: Convention, groups, values) -> jax.Array:
     :math:`\alpha = B / \max(\#\{r \ne 0\}, 1)`: the batch is every device's answers;
     under ``"exact"`` its valid ones (an invalid reward is left out of both counts),
     under verl's every answer (a NaN counts as nonzero, as ``torch.count_nonzero`` has
-    it), and the quotient is a float32, as torch's ``int / tensor`` is.
+    it), and the quotient is torch's ``int / tensor``: ``m.reciprocal() * B`` in
+    float32, rounded twice (verl/trainer/ppo/core_algos.py
+    ``compute_gpg_outcome_advantage``, volcengine/verl): B = 14 and m = 6 give
+    2.3333334922790527 where one division gives 2.3333332538604736.
     """
     whole = layouts.Whole(config.axis_name)
     rewards = groups.flat(values)
@@ -438,8 +856,9 @@ def _gpg_alpha(config, rules: Convention, groups, values) -> jax.Array:
     answers, nonzero = whole.sums(
         counted.astype(rewards.dtype), (counted & (rewards != 0)).astype(rewards.dtype)
     )
-    if config.convention == "verl":  # torch divides its integer counts in float32
+    if config.convention == "verl":  # torch's int / tensor: the tensor's float32 reciprocal, times
         answers, nonzero = answers.astype(jnp.float32), nonzero.astype(jnp.float32)
+        return whole.rows(answers * (1 / jnp.maximum(nonzero, 1))).astype(rewards.dtype)
     return whole.rows(answers / jnp.maximum(nonzero, 1)).astype(rewards.dtype)
 
 
@@ -448,7 +867,9 @@ def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
     batch = moments(whole, values, valid, scaled=True)
-    spread = whole.rows(std(batch, rules.ddof)) + rules.epsilon * whole.rows(batch.scale)
+    spread = _with_epsilon(
+        config, whole.rows(moment_variance(batch, config.ddof)), whole.rows(batch.scale)
+    )
     standardized = jnp.where(
         whole.rows(batch.constant), 0, deviations(whole, batch, values) / spread
     )
@@ -562,6 +983,30 @@ def _check_ids(num_groups: int, answers: int, group_ids):
         name="group_ids",
         bound="num_groups",
         plural="group ids",
+    )
+
+
+def _check_domains(config: GroupAdvantageConfig, answers: int, domains):
+    if config.num_domains is None:
+        if domains is not None:
+            raise ValueError(
+                "domains was given, but the estimator keeps one set of running statistics "
+                "(num_domains=None); build it with num_domains to keep one per domain."
+            )
+        return None
+    if domains is None:
+        raise ValueError(
+            f"domains is missing: the estimator keeps running statistics per domain "
+            f"(num_domains={config.num_domains}); pass domains=ids, one per answer."
+        )
+    return checks.check_task(
+        domains,
+        (answers,),
+        config.num_domains,
+        "answer",
+        name="domains",
+        bound="num_domains",
+        plural="domain ids",
     )
 
 
