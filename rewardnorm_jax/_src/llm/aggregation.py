@@ -227,38 +227,42 @@ def aggregate_loss(
       1.5
     """
     divisor, rules = _mode(convention, mode)
+    if length is not None and not divisor.length:
+        raise ValueError(
+            f"mode={mode!r} under convention={convention!r} divides by no length; pass "
+            f"length=None, got length={checks.describe(length)}."
+        )
     axis_name = rs.check_axis_name(axis_name)
     rs.participants(axis_name)  # an unbound axis_name is named before any collective
     losses, weights = _check_inputs(losses, mask)
-    dtype = weights.dtype
-    kept = weights != 0
     tokens = weights.sum(axis=-1)
-    sums = (jnp.where(kept, losses, 0) * weights).sum(axis=-1)
-    if divisor.per_sequence:
-        per_sequence = tokens + rules.sequence_epsilon
-        if rules.sequence_floor:
-            per_sequence = jnp.maximum(per_sequence, rules.sequence_floor)
-        # An empty sequence's sum is 0, which it keeps.
-        sums = sums / jnp.where(per_sequence == 0, 1, per_sequence)
-    total = _check_count(count, dtype, divisor)
+    total = _check_count(count, weights.dtype, divisor)
     if total is None:
-        total = _local_count(divisor.count, tokens, dtype)
+        total = _local_count(divisor.count, tokens, weights.dtype)
         if axis_name is not None and divisor.count != "one":
             total = jax.lax.psum(total, axis_name)
     if divisor.count_floor:
         total = jnp.maximum(total, divisor.count_floor)
     if divisor.length:
-        total = total * _check_length(length, weights.shape[-1], dtype)
-    elif length is not None:
-        raise ValueError(
-            f"mode={mode!r} under convention={convention!r} divides by no length; "
-            f"pass length=None, got length={length!r}."
-        )
-    loss = sums.sum()
+        total = total * _check_length(length, weights.shape[-1], weights.dtype)
     if rules.empty == "nan":
-        return loss / total
-    # A divisor of 0 (no tokens): the loss 0, with a gradient of 0.
-    return jnp.where(total == 0, 0, loss / jnp.where(total == 0, 1, total))
+        scale = 1 / total
+    else:  # a divisor of 0 (no tokens): the loss 0, with a gradient of 0
+        scale = jnp.where(total == 0, 0, 1 / jnp.where(total == 0, 1, total))
+    if divisor.per_sequence:
+        scale = scale / _sequence_divisor(rules, tokens)
+    # Each token's weight in the loss, its gradient: w / (r_b D). Dividing before the sum
+    # keeps a mean of large losses from overflowing.
+    weighting = weights * jnp.reshape(scale, (-1, 1))
+    return jnp.sum(jnp.where(weights != 0, losses, 0) * weighting)
+
+
+def _sequence_divisor(rules: AggregationConvention, tokens: jax.Array) -> jax.Array:
+    """Each sequence's :math:`r_b`: its token weight, guarded; 1 for an empty one (its sum is 0)."""
+    divisor = tokens + rules.sequence_epsilon
+    if rules.sequence_floor:
+        divisor = jnp.maximum(divisor, rules.sequence_floor)
+    return jnp.where(divisor == 0, 1, divisor)
 
 
 def aggregation_count(mask, mode: str, *, convention: str = "exact", axis_name=None) -> jax.Array:
@@ -345,7 +349,7 @@ def _check_inputs(losses, mask) -> tuple[jax.Array, jax.Array]:
 
 
 def _check_count(count, dtype, divisor: Divisor) -> jax.Array | None:
-    """``count`` as a scalar of ``dtype``: a concrete one finite and >= 0, a traced one or NaN."""
+    """``count`` as a scalar of ``dtype``: checked if concrete, NaN if traced out of range."""
     if count is None:
         return None
     if divisor.count == "one":
