@@ -36,7 +36,7 @@ def verl_agg_loss(
     global_batch_size=None,
     loss_scale_factor=None,
 ):
-    """verl's ``agg_loss`` on one data-parallel rank's micro-batch."""
+    """The ``agg_loss`` of verl on one data-parallel rank's micro-batch."""
     loss_mat, loss_mask = _f64(loss_mat, loss_mask)
 
     def masked_sum(values, mask):

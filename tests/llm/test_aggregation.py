@@ -307,39 +307,43 @@ def test_traced_options_out_of_range_give_nan():
     ("call", "error", "message"),
     [
         (
-            dict(mode="mean"),
+            {"mode": "mean"},
             ValueError,
-            "mode should be one of 'token-mean', 'token-sum', 'seq-mean-token-sum', "
-            "'seq-mean-token-mean', 'seq-mean-token-sum-norm' under convention='exact', "
-            "got mode='mean'",
+            (
+                "mode should be one of 'token-mean', 'token-sum', 'seq-mean-token-sum', "
+                "'seq-mean-token-mean', 'seq-mean-token-sum-norm' under convention='exact', "
+                "got mode='mean'"
+            ),
         ),
         (
-            dict(mode="token-mean", convention="trl"),
+            {"mode": "token-mean", "convention": "trl"},
             ValueError,
-            "mode should be one of 'grpo', 'bnpo', 'dr_grpo', 'dapo', 'luspo' under "
-            "convention='trl'",
+            (
+                "mode should be one of 'grpo', 'bnpo', 'dr_grpo', 'dapo', 'luspo' under "
+                "convention='trl'"
+            ),
         ),
-        (dict(convention="openrlhf"), ValueError, "convention should be one of 'exact', 'verl'"),
+        ({"convention": "openrlhf"}, ValueError, "convention should be one of 'exact', 'verl'"),
         (
-            dict(mode="dr_grpo", convention="trl", length=TOKENS - 1),
+            {"mode": "dr_grpo", "convention": "trl", "length": TOKENS - 1},
             ValueError,
             "length should be a finite number >= the mask's last dimension 24",
         ),
-        (dict(mode="seq-mean-token-sum-norm", length=np.nan), ValueError, "got length=nan"),
+        ({"mode": "seq-mean-token-sum-norm", "length": np.nan}, ValueError, "got length=nan"),
         (
-            dict(length=30),
+            {"length": 30},
             ValueError,
             "mode='token-mean' under convention='exact' divides by no length",
         ),
-        (dict(mode="token-sum", count=3), ValueError, "this mode divides by no count"),
-        (dict(count=-1.0), ValueError, "count should be a finite number >= 0"),
-        (dict(count=np.ones(2)), ValueError, "count should be a finite number >= 0"),
-        (dict(mask=-np.ones((ROWS, TOKENS))), ValueError, "mask holds -1.0; expected bools"),
-        (dict(mask=np.full((ROWS, TOKENS), np.nan)), ValueError, "mask holds nan"),
-        (dict(mask=np.ones(TOKENS, bool)), ValueError, "mask has shape (24,); expected (B, T)"),
-        (dict(losses=np.ones(ROWS)), ValueError, "losses has shape (8,), which does not broadcast"),
-        (dict(losses=np.ones((ROWS, 1), complex)), TypeError, "losses should hold real numbers"),
-        (dict(axis_name="device"), ValueError, "axis_name='device': no map binds the axis"),
+        ({"mode": "token-sum", "count": 3}, ValueError, "this mode divides by no count"),
+        ({"count": -1.0}, ValueError, "count should be a finite number >= 0"),
+        ({"count": np.ones(2)}, ValueError, "count should be a finite number >= 0"),
+        ({"mask": -np.ones((ROWS, TOKENS))}, ValueError, "mask holds -1.0; expected bools"),
+        ({"mask": np.full((ROWS, TOKENS), np.nan)}, ValueError, "mask holds nan"),
+        ({"mask": np.ones(TOKENS, bool)}, ValueError, "mask has shape (24,); expected (B, T)"),
+        ({"losses": np.ones(ROWS)}, ValueError, "losses has shape (8,), which does not broadcast"),
+        ({"losses": np.ones((ROWS, 1), complex)}, TypeError, "losses should hold real numbers"),
+        ({"axis_name": "device"}, ValueError, "axis_name='device': no map binds the axis"),
     ],
 )
 def test_options_and_inputs_are_checked_by_name(call, error, message):
