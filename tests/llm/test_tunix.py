@@ -213,22 +213,16 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
     function_registry.register_advantage_estimator("rewardnorm_grpo")(spy)
 
     # The library's loss aggregation in place of Tunix's, for the learner's loss_agg_mode;
-    # on the learner's own per-token losses, every mode against Tunix's own function.
+    # the learner's own per-token losses recorded, for every mode against Tunix's own function.
     tunix_aggregate, ours = common.aggregate_loss, rnt.tunix_aggregator()
-    modes, pairs = [], []
+    modes, recorded = [], []
 
     def aggregate(per_token_loss, completion_mask, loss_agg_mode, **kwargs):
         modes.append(loss_agg_mode)
-        both = [
-            (
-                ours(per_token_loss, completion_mask, installed_mode(mode)),
-                tunix_aggregate(per_token_loss, completion_mask, mode),
-                tunix_aggregate(jnp.abs(per_token_loss), completion_mask, mode),
-            )
-            for mode in TUNIX_MODES
-        ]
-        jax.debug.callback(lambda *v: pairs.append(np.array(v)), *both, ordered=True)
-        return ours(per_token_loss, completion_mask, loss_agg_mode, **kwargs)
+        loss = ours(per_token_loss, completion_mask, loss_agg_mode, **kwargs)
+        keep = lambda *arrays: recorded.append([np.asarray(a) for a in arrays])  # noqa: E731
+        jax.debug.callback(keep, per_token_loss, completion_mask, loss, ordered=True)
+        return loss
 
     common.aggregate_loss = aggregate
 
@@ -249,9 +243,15 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
 
     assert called == [4, 4]  # the library's estimator, once per step
     assert set(modes) == {"sequence-mean-token-mean"}  # GRPOConfig's, through the library
-    assert pairs  # the learner's per-token losses (policy, KL, entropy), every mode
-    for pair in pairs:
-        assert np.all(np.abs(pair[:, 0] - pair[:, 1]) <= 2e-6 * pair[:, 2]), pair
+    assert recorded  # the learner's per-token losses (policy, KL, entropy) and their loss
+    for losses, mask, loss in recorded:
+        learner_mode = "sequence-mean-token-mean"
+        scale = ours(np.abs(losses), mask, learner_mode)
+        assert abs(loss - ours(losses, mask, learner_mode)) <= 1e-6 * scale  # compiled, eager
+        for mode in TUNIX_MODES:
+            theirs, scale = (tunix_aggregate(x, mask, mode) for x in (losses, np.abs(losses)))
+            ours_value = ours(losses, mask, installed_mode(mode))
+            assert abs(ours_value - theirs) <= 2e-6 * scale, (mode, ours_value, theirs)
     assert len(seen) == 2  # two steps, each with its batch of 2 prompts x 4 answers
     for rewards, advantages in seen:
         assert rewards.shape == advantages.shape == (8,)
