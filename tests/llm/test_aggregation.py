@@ -220,35 +220,30 @@ def test_trl_over_processes_and_accumulation_steps_equals_the_whole_batch():
     ]  # micro-batch k of step k // 2 on process k % 2
 
     def trl(loss_type, **options):
-        per_step = [
-            np.mean([reference.trl_loss(x, m, loss_type, **options) for x, m in pieces[s::steps]])
+        """The steps' sum of the processes' mean of TRL's micro-batch losses."""
+        cut = (lambda x: x[:, :1]) if loss_type == "luspo" else (lambda x: x)  # per sequence
+        return sum(
+            np.mean(
+                [reference.trl_loss(cut(x), m, loss_type, **options) for x, m in pieces[s::steps]]
+            )
             for s in range(steps)
-        ]
-        return sum(per_step)
+        )
 
     ga = {"gradient_accumulation_steps": steps}
     cases = {
         "dapo": trl("dapo", num_items_in_batch=tokens, num_processes=processes),
         "grpo": trl("grpo", **ga),
         "dr_grpo": trl("dr_grpo", max_completion_length=length, **ga),
-        "luspo": None,
+        "luspo": trl("luspo", **ga),
     }
     for loss_type, want in cases.items():
         x = losses[:, :1] if loss_type == "luspo" else losses
-        if loss_type == "luspo":
-            want = sum(
-                np.mean(
-                    [reference.trl_loss(c[:, :1], m, "luspo", **ga) for c, m in pieces[s::steps]]
-                )
-                for s in range(steps)
-            )
         named = {"length": length} if loss_type == "dr_grpo" else {}
         got = rn.aggregate_loss(x, mask, loss_type, convention="trl", **named)
         np.testing.assert_allclose(float(got), want, rtol=1e-6, err_msg=loss_type)
     # bnpo divides each micro-batch by its own tokens: the mean of the micro-batches' losses.
-    want = trl("bnpo", **ga)
-    got = np.mean([rn.aggregate_loss(x, m, "bnpo", convention="trl") for x, m in pieces])
-    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+    micro_mean = np.mean([rn.aggregate_loss(x, m, "bnpo", convention="trl") for x, m in pieces])
+    np.testing.assert_allclose(micro_mean, trl("bnpo", **ga), rtol=1e-6)
 
 
 def test_verl_data_parallel_ranks_equal_the_whole_batch():
