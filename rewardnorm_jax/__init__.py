@@ -4,7 +4,8 @@ Reward normalization (running statistics of the discounted return), clipping,
 scaling and arbitrary transforms, and observation normalization, as pure ``init`` /
 ``update`` / ``apply`` / ``step`` functions over immutable state pytrees, PopArt for
 value targets, and group-relative advantages (GRPO and kin), masked whitening, the KL penalty
-in the reward and the overlong penalty for RL on language models.
+in the reward, the overlong penalty and the aggregation of per-token losses for RL on
+language models.
 Everything works under ``jax.jit``, ``jax.vmap`` and ``lax.scan``.
 
 The public API is what this module exports; ``rewardnorm_jax._src`` is not API.
@@ -20,6 +21,8 @@ from rewardnorm_jax._src.core.semantics import Semantics
 from rewardnorm_jax._src.llm import (
     GroupAdvantageEstimator,
     GroupAdvantages,
+    aggregate_loss,
+    aggregation_count,
     group_advantages,
     kl_estimate,
     kl_penalized_rewards,
@@ -107,6 +110,8 @@ __all__ = [
     "Semantics",
     "Statistics",
     "Support",
+    "aggregate_loss",
+    "aggregation_count",
     "apply_sampled",
     "categorical_cross_entropy",
     "categorical_projection",

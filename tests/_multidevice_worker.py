@@ -13,7 +13,7 @@ device count set through ``XLA_FLAGS`` does not leak into the rest of the suite:
   exact count; ``keyed`` per-task statistics on 2 and 8 devices; ``groups``
   group advantages and ``whitening`` masked whitening on 2 devices, ``verl``
   verl's estimators and weighted whitening on 2 devices against its float64
-  code. It prints one
+  code, ``aggregation`` every loss aggregation mode on 2 and 8 devices. It prints one
   JSON object: for every run, the largest deviation from the single-device run
   and whether every participant ended with bit-identical statistics.
 * ``python -m tests._multidevice_worker distributed PORT PROCESS_ID`` is one of two
@@ -36,6 +36,7 @@ from jax.sharding import PartitionSpec as P
 
 import rewardnorm_jax as rn
 from tests import group_reference, token_reference
+from tests.llm import test_aggregation as aggregation
 from tests.streams import scan_steps
 
 STEPS = 48
@@ -730,6 +731,59 @@ def verl_runs() -> dict:
     return result
 
 
+def aggregation_runs() -> dict:
+    """Every loss aggregation mode under ``shard_map`` on 2 and 8 devices and ``pmap`` on 2.
+
+    The devices' shares of a weighted batch with an empty response, NaN and
+    inf where masked out, summed, against one device on the whole batch,
+    relative to the aggregation of ``|w x|``; and each device's gradient for its
+    own tokens against the one-device gradient, relative to it. In float32 and
+    float64.
+    """
+    losses, mask, clean = aggregation.batch(weighted=True)
+    value = partial(aggregation.every_mode, axis_name="device")
+
+    def local(x, m):
+        return value(x, m)[None], jax.jacrev(value)(x, m)
+
+    result: dict[str, dict] = {}
+    for dtype in ("float32", "float64"):
+        with jax.enable_x64(dtype == "float64"):
+            x, m = losses.astype(dtype), mask.astype(dtype)
+            want, want_gradient = aggregation.program(x, m)
+            scale = np.asarray(aggregation.program(np.abs(clean).astype(dtype), m)[0])
+            runs = {}
+            for parts in (2, 8):
+                mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))
+                fn = jax.shard_map(
+                    local,
+                    mesh=mesh,
+                    in_specs=(P("device"), P("device")),
+                    out_specs=(P("device"), P(None, "device")),
+                )
+                runs[f"shard_map/{parts}"] = jax.jit(fn)(x, m)
+            shards = (x.reshape(2, -1, x.shape[-1]), m.reshape(2, -1, m.shape[-1]))
+            shares, gradient = jax.pmap(local, axis_name="device")(*shards)
+            runs["pmap/2"] = (
+                shares[:, 0],
+                np.moveaxis(gradient, 0, 1).reshape(want_gradient.shape),
+            )
+            for name, (shares, gradient) in runs.items():
+                got, gradient = np.asarray(shares).sum(0), np.asarray(gradient)
+                nonzero = np.asarray(want_gradient) != 0
+                result[f"aggregation/{name}/{dtype}"] = {
+                    "values": float((np.abs(got - want) / scale).max()),
+                    "gradients": float(
+                        (
+                            np.abs(gradient - want_gradient)[nonzero]
+                            / np.abs(want_gradient)[nonzero]
+                        ).max()
+                    ),
+                    "zeros_match": bool(np.array_equal(gradient != 0, nonzero)),
+                }
+    return result
+
+
 def _against(got, want) -> dict:
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     finite = ~np.isnan(want)
@@ -766,6 +820,7 @@ if __name__ == "__main__":
             "groups": group_runs,
             "whitening": whitening_runs,
             "verl": verl_runs,
+            "aggregation": aggregation_runs,
         }
         if jax.device_count() < 8:
             raise SystemExit(f"needs 8 devices, found {jax.device_count()}: set XLA_FLAGS")

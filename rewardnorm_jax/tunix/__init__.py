@@ -14,6 +14,11 @@ in Tunix's registry (``tunix.rl.function_registry``), so that a
 ``tunix_estimator(estimator, *, convention="exact", standardize_batch=False)``
 builds such a function for a registration of one's own.
 
+``tunix_aggregator(convention="tunix")`` is the library's loss aggregation
+(:func:`rewardnorm_jax.aggregate_loss`) with the signature of
+``tunix.rl.common.aggregate_loss``, which the learners' ``grpo`` policy loss
+calls with their config's ``loss_agg_mode``.
+
 The learner calls an estimator with ``rewards`` (one per answer, groups of
 ``num_generations`` consecutive answers) and ``num_generations`` only: no
 masks, lengths or group ids. Estimators that need them (``opo``'s lengths,
@@ -28,6 +33,7 @@ Only this subpackage imports Tunix; the top-level package exports none of it.
 from rewardnorm_jax._src.core.extras import requires
 
 with requires("tunix", __name__):
+    from rewardnorm_jax.tunix._aggregation import tunix_aggregator
     from rewardnorm_jax.tunix._estimators import ESTIMATOR_NAMES, tunix_estimator
 
-__all__ = ["ESTIMATOR_NAMES", "tunix_estimator"]
+__all__ = ["ESTIMATOR_NAMES", "tunix_aggregator", "tunix_estimator"]

@@ -131,6 +131,21 @@ def kl(estimator, convention="exact", penalized=False):
     return Entry(build, _token_inputs, "llm", differentiable=True, axis=False, overflows=True)
 
 
+def aggregation(mode, convention="exact"):
+    def build(axis_name):
+        def run(state, losses, mask):
+            named = {"convention": convention, "axis_name": axis_name}
+            return rn.aggregate_loss(losses, mask, mode, **named), state
+
+        return run, None
+
+    def inputs(rng, batch):
+        losses, _, mask = _token_inputs(rng, batch)
+        return losses, mask
+
+    return Entry(build, inputs, "llm", differentiable=True)
+
+
 def overlong(convention):
     def build(axis_name):
         def run(state, lengths):
@@ -295,6 +310,8 @@ ENTRIES = {
     "kl_estimate:k3:verl": kl("k3", "verl"),
     "kl_penalized_rewards:k1:openrlhf": kl("k1", "openrlhf", penalized=True),
     **{f"overlong_penalty:{c}": overlong(c) for c in ("exact", "verl")},
+    "aggregate_loss:seq-mean-token-mean": aggregation("seq-mean-token-mean"),
+    "aggregate_loss:dr_grpo:trl": aggregation("dr_grpo", "trl"),
     **{f"normalize_observation:{p}": observations(p) for p in ("gymnasium", "sb3", "brax")},
     "normalize_observation:tree": observations("gymnasium", tree=True),
     "normalize_observation:finite": observations("brax", finite_observations=True),

@@ -124,6 +124,45 @@ def test_the_token_level_terms_equal_tunix_own_functions():
     np.testing.assert_allclose(ours, theirs, rtol=1e-6)
 
 
+TUNIX_MODES = (
+    "token-mean",
+    "sequence-mean-token-mean",
+    "sequence-mean-token-scale",
+    "seq-mean-token-sum",
+    "sequence-mean-token-sum-norm",
+)
+
+
+def installed_mode(mode, norm=None):
+    """The library's Tunix mode that gives the installed Tunix's number for ``mode``."""
+    # Without a norm, Tunix 0.1.7's sequence-mean-token-sum-norm divides by the non-empty
+    # rows, as seq-mean-token-sum does; its newest code (the library's) by the rows.
+    renamed = mode == "sequence-mean-token-sum-norm" and norm is None
+    return "seq-mean-token-sum" if renamed else mode
+
+
+def test_every_aggregation_mode_equals_tunix_own_aggregate_loss():
+    rng = np.random.default_rng(3)
+    losses = (rng.standard_normal((6, 12)) * 2 + 1).astype(np.float32)
+    mask = (np.arange(12) < rng.integers(1, 13, (6, 1))).astype(np.int32)
+    mask[2] = 0  # an empty response
+    aggregate = rnt.tunix_aggregator()
+    for batch_mask in (mask, np.zeros_like(mask)):  # and no tokens at all: 0 in every mode
+        for mode in TUNIX_MODES:
+            for norm in ({}, {"norm": 20.0}):
+                theirs, scale = (
+                    common.aggregate_loss(jnp.asarray(x), jnp.asarray(batch_mask), mode, **norm)
+                    for x in (losses, np.abs(losses))
+                )
+                ours = aggregate(losses, batch_mask, installed_mode(mode, **norm), **norm)
+                # Both in float32: within 2e-6 of the aggregation of |x|.
+                assert abs(ours - theirs) <= 2e-6 * scale, (mode, norm, ours, theirs)
+    with pytest.raises(ValueError, match="packed sequences"):
+        aggregate(losses, mask, "token-mean", segment_ids=mask)
+    with pytest.raises(ValueError, match="convention should be one of 'exact', 'verl'"):
+        rnt.tunix_aggregator("openrlhf")
+
+
 class Prompts(grain.RandomAccessDataSource):
     def __getitem__(self, index):
         return PROMPTS[index % len(PROMPTS)]
@@ -173,6 +212,20 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
 
     function_registry.register_advantage_estimator("rewardnorm_grpo")(spy)
 
+    # The library's loss aggregation in place of Tunix's, for the learner's loss_agg_mode;
+    # the learner's own per-token losses recorded, for every mode against Tunix's own function.
+    tunix_aggregate, ours = common.aggregate_loss, rnt.tunix_aggregator()
+    modes, recorded = [], []
+
+    def aggregate(per_token_loss, completion_mask, loss_agg_mode, **kwargs):
+        modes.append(loss_agg_mode)
+        loss = ours(per_token_loss, completion_mask, loss_agg_mode, **kwargs)
+        keep = lambda *arrays: recorded.append([np.asarray(a) for a in arrays])  # noqa: E731
+        jax.debug.callback(keep, per_token_loss, completion_mask, loss, ordered=True)
+        return loss
+
+    common.aggregate_loss = aggregate
+
     learner = grpo_learner.GRPOLearner(
         rl_cluster=cluster,
         reward_fns=lambda completions, **_: [float(len(c) % 3) for c in completions],
@@ -186,8 +239,19 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
         learner.train(dataset, None)
     finally:
         function_registry.register_advantage_estimator("rewardnorm_grpo")(registered)
+        common.aggregate_loss = tunix_aggregate
 
     assert called == [4, 4]  # the library's estimator, once per step
+    assert set(modes) == {"sequence-mean-token-mean"}  # GRPOConfig's, through the library
+    assert recorded  # the learner's per-token losses (policy, KL, entropy) and their loss
+    for losses, mask, loss in recorded:
+        learner_mode = "sequence-mean-token-mean"
+        scale = ours(np.abs(losses), mask, learner_mode)
+        assert abs(loss - ours(losses, mask, learner_mode)) <= 1e-6 * scale  # compiled, eager
+        for mode in TUNIX_MODES:
+            theirs, scale = (tunix_aggregate(x, mask, mode) for x in (losses, np.abs(losses)))
+            ours_value = ours(losses, mask, installed_mode(mode))
+            assert abs(ours_value - theirs) <= 2e-6 * scale, (mode, ours_value, theirs)
     assert len(seen) == 2  # two steps, each with its batch of 2 prompts x 4 answers
     for rewards, advantages in seen:
         assert rewards.shape == advantages.shape == (8,)

@@ -86,7 +86,7 @@ def runs():
     port = str(_free_port())
     processes = [  # two similar halves of the compile work
         _start("matrix", "float32", "popart", "groups", "verl", devices=8),
-        _start("matrix", "float64", "large_batch", "keyed", "whitening", devices=8),
+        _start("matrix", "float64", "large_batch", "keyed", "whitening", "aggregation", devices=8),
     ]
     processes += [_start("distributed", port, str(i), devices=2) for i in range(2)]
     try:
@@ -243,6 +243,18 @@ def test_verl_parity_across_two_devices(runs, case, dtype, tolerance):
     row = runs["matrix"][f"verl/{case}/{dtype}"]
     assert row["error"] <= tolerance, row
     assert row["nan_match"], row
+
+
+@pytest.mark.parametrize("run", ["shard_map/2", "shard_map/8", "pmap/2"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_loss_aggregation_across_devices_equals_one_device(runs, run, dtype):
+    # Every mode of every convention, a weighted batch split over the devices: the devices'
+    # shares sum to the one-device loss, and each device's gradient for its own tokens is the
+    # one-device gradient (no device-count factor).
+    row = runs["matrix"][f"aggregation/{run}/{dtype}"]
+    assert row["values"] <= TOLERANCE[dtype], row
+    assert row["gradients"] <= TOLERANCE[dtype], row
+    assert row["zeros_match"], row
 
 
 def test_a_contiguous_group_split_across_devices_is_refused(runs):
