@@ -729,6 +729,10 @@ def test_the_widest_support_encodes_decodes_and_projects_right():
     sigma = 0.75 * (edges[-1] - edges[0]) / 5
     got = np.asarray(rn.hl_gauss(targets[:5], support))
     np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, sigma), atol=1e-6)
+    got = np.asarray(rn.hl_gauss(targets[:5], support, sigma=1.6e38))
+    np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, 1.6e38), atol=1e-6)
+    # a sigma whose half has a subnormal reciprocal: NaN, not the mass of a distant target
+    assert np.isnan(np.asarray(rn.hl_gauss(targets[:5], support, sigma=1.8e38))).all()
 
 
 def test_scaled_support_minimum_is_capped_at_the_widest_bound():

@@ -18,9 +18,10 @@ A :class:`Support` holds the atoms in the space the encoders work in:
 ``"value"`` (the targets' own units) or ``"symlog"`` (DreamerV3: the atoms
 are uniform in :math:`\operatorname{symlog}(y)`, targets are encoded as
 :math:`\operatorname{symlog}(y)` and values decoded with :math:`\operatorname{symexp}`).
-Targets beyond the support are clipped to its end atoms (two-hot: all the
-mass on the end atom). Every function works under ``jit``, ``vmap`` and
-``grad``; the number of atoms is static.
+Beyond the support, two-hot clips the target to the end atom (all the mass
+there); HL-Gauss keeps the Gaussian at the target and renormalises its mass
+over the bins, as Farebrother et al.'s listing does. Every function works
+under ``jit``, ``vmap`` and ``grad``; the number of atoms is static.
 """
 
 import functools
@@ -194,13 +195,15 @@ def hl_gauss(
     the listing of Farebrother et al. (2024, Appendix A), with the Gaussian at
     the target itself, beyond the support too. There the erf differences
     cancel (:math:`\operatorname{erf}(u) = 1` in float32 from :math:`u \approx 4`),
-    so the masses are computed from the Gaussian's tails beyond each edge,
+    so the masses (of every target) are computed from the Gaussian's tails
+    beyond each edge on the side away from the target,
     :math:`\frac{Q(t_k) - Q(t_{k+1})}{Q(t_0) - Q(t_K)}` with
-    :math:`Q(t_k) = P(X > e_k)` for a target below the support (mirrored above
-    it), as ratios of ``log_ndtr``: right to float rounding however far the
-    target is, and all the mass on the end atom in the limit. Bins that
-    overflow the dtype, and a :math:`\sigma` whose reciprocal is subnormal
-    there (above :math:`8.5 \cdot 10^{37}` in float32), give NaN.
+    :math:`Q(t_k) = P(X > e_k)` (mirrored for a target in the bins' upper half),
+    as ratios of :math:`\operatorname{erfc}` (of its asymptotic series where it
+    underflows): right to float rounding however far the target is, and all
+    the mass on the end atom in the limit. A :math:`\sigma` above half the
+    dtype's largest number over its smallest normal one (:math:`1.7 \cdot 10^{38}`
+    in float32) gives NaN.
 
     Args:
       targets: real targets, any shape.
@@ -218,8 +221,9 @@ def hl_gauss(
       >>> probs = rn.hl_gauss(0.0, rn.uniform_support(-2.0, 2.0, 5))
       >>> [round(p, 4) for p in probs.tolist()]
       [0.0223, 0.2299, 0.4954, 0.2299, 0.0223]
-      >>> [round(p, 4) for p in rn.hl_gauss(-2.5, rn.uniform_support(-2.0, 2.0, 5)).tolist()]
-      [0.8072, 0.1854, 0.0074, 0.0, 0.0]
+      >>> below = rn.hl_gauss(-2.5, rn.uniform_support(-2.0, 2.0, 5))  # at the first edge
+      >>> [round(p, 4) for p in below.tolist()]
+      [0.8176, 0.1748, 0.0076, 0.0001, 0.0]
     """
     targets = _targets(targets, support)
     dtype = support.atoms.dtype
@@ -269,20 +273,22 @@ def _masses(t: jax.Array) -> jax.Array:
     # Edges 1e15 sigmas away or more hold no mass beside nearer ones (their tails' ratio is
     # below exp(-1e15)): as far as that, the arithmetic stays finite, its gradients too.
     near_first = jnp.minimum(jnp.where(upper, -t[..., ::-1], t), 1e15) / math.sqrt(2)
-    ratio = jax.lax.optimization_barrier(_tail_ratios(near_first))
-    limit = ~(ratio[..., -1:] < 1) & ~jnp.isnan(t).any(axis=-1, keepdims=True)
+    ratio, far = jax.lax.optimization_barrier(_tail_ratios(near_first))
+    # Every edge as far (a target so far that their distances round alike): the limit. Near
+    # edges that round alike (a sigma beyond the dtype's range) give 0 / 0: NaN.
+    limit = far & ~(ratio[..., -1:] < 1) & ~jnp.isnan(t).any(axis=-1, keepdims=True)
     masses = (ratio[..., :-1] - ratio[..., 1:]) / jnp.where(limit, 1, 1 - ratio[..., -1:])
     masses = jnp.where(limit, (jnp.arange(t.shape[-1] - 1) == 0).astype(masses.dtype), masses)
     return jnp.where(upper, masses[..., ::-1], masses)
 
 
-def _tail_ratios(x: jax.Array) -> jax.Array:
-    r""":math:`\operatorname{erfc}(x_k) / \operatorname{erfc}(x_0)` for increasing ``x``.
+def _tail_ratios(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    r""":math:`\operatorname{erfc}(x_k) / \operatorname{erfc}(x_0)` for increasing ``x``, and ``far``.
 
-    Directly while :math:`\operatorname{erfc}(x_0)` is a normal number; beyond,
-    :math:`e^{-(x_k - x_0)(x_k + x_0)} \frac{x_0 S(x_k)}{x_k S(x_0)}` with
-    :math:`S(x) = \sum_n (-1)^n (2n - 1)!! / (2x^2)^n` to :math:`n = 5`, whose
-    next term is below the dtype's precision there.
+    Directly while :math:`\operatorname{erfc}(x_0)` is a normal number; beyond
+    (``far``, per row), :math:`e^{-(x_k - x_0)(x_k + x_0)} \frac{x_0 S(x_k)}{x_k S(x_0)}`
+    with :math:`S(x) = \sum_n (-1)^n (2n - 1)!! / (2x^2)^n` to :math:`n = 5`,
+    whose next term is below the dtype's precision there.
     """
     info = jnp.finfo(x.dtype)
     far = x[..., :1] > math.sqrt(-math.log(float(info.tiny))) - 1  # erfc(x_0) near tiny
@@ -292,7 +298,7 @@ def _tail_ratios(x: jax.Array) -> jax.Array:
     first = x[..., :1]
     series = _erfc_series(x)
     scaled = jnp.exp(-(x - first) * (x + first)) * (first * series) / (x * series[..., :1])
-    return jnp.where(far, scaled, direct)
+    return jnp.where(far, scaled, direct), far
 
 
 def _erfc_series(x: jax.Array) -> jax.Array:
