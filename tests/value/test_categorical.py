@@ -17,6 +17,7 @@ import numpy as np
 import optax
 import pytest
 import rlax
+import scipy.special
 
 import rewardnorm_jax as rn
 from benchmarks.categorical import dreamer_two_hot
@@ -111,25 +112,23 @@ def transform_to_probs(target, support, sigma):
 
 
 def tails_reference(target, edges, sigma):
-    """The listing's numbers from the Gaussian's tails (``math.erfc``), in float64.
+    """The listing's numbers from the Gaussian's tails, in float64.
 
     The same masses renormalised, as differences of the tails beyond each edge on
-    the target's far side: these do not cancel where the listing's erf values round
-    to 1 (targets some sigmas beyond the support). Where even the tails underflow,
-    the limit: all the mass in the end bin on the target's side.
+    the target's far side, from their logarithms (SciPy's scaled ``erfcx``:
+    ``log erfc(x) = log erfcx(x) - x**2``): these do not cancel where the
+    listing's erf values round to 1, nor underflow however far the target is.
     """
     edges = np.asarray(edges, np.float64)
-    if target <= (edges[0] + edges[-1]) / 2:  # the upper tails P(X > e_k), decreasing
-        tail = np.array([math.erfc((e - target) / (math.sqrt(2) * sigma)) for e in edges])
-        masses, total = tail[:-1] - tail[1:], tail[0] - tail[-1]
-        end = 0
-    else:  # the lower tails P(X < e_k), increasing
-        tail = np.array([math.erfc((target - e) / (math.sqrt(2) * sigma)) for e in edges])
-        masses, total = tail[1:] - tail[:-1], tail[-1] - tail[0]
-        end = len(edges) - 2
-    if total == 0:
-        return np.eye(len(edges) - 1)[end]
-    return masses / total
+    below = target <= (edges[0] + edges[-1]) / 2
+    x = (edges - target if below else (target - edges)[::-1]) / (math.sqrt(2) * sigma)
+    with np.errstate(divide="ignore"):  # log erfc(x) of the large x is not the one taken
+        log_tail = np.where(
+            x >= 0, np.log(scipy.special.erfcx(np.abs(x))) - x * x, np.log(scipy.special.erfc(x))
+        )
+    ratio = np.exp(log_tail - log_tail[0])  # tail k over tail 0, decreasing
+    masses = (ratio[:-1] - ratio[1:]) / (1 - ratio[-1])
+    return masses if below else masses[::-1]
 
 
 def default_edges(atoms):
@@ -180,7 +179,19 @@ def test_hl_gauss_far_beyond_the_support_is_the_listing_from_its_tails(x64):
         want = hl_gauss_reference(targets, edges, 0.3)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 if x64 else 1e-6)
         np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-12 if x64 else 1e-6)
-        # so far beyond that the tails underflow even in float64: all the mass on the end atom
+        # a sigma of 10 bins, targets up to 300 sigmas beyond: erfc underflows, the masses do not.
+        # Each erfc ratio is as exact as the edges' distances x (in sqrt(2) sigmas) rounded to
+        # the dtype: a relative 2 x ulp(x), below 1e-5 in float32 for these.
+        wide = np.concatenate(
+            [-10.0 - np.geomspace(1.0, 1200.0, 30), 10 + np.geomspace(1, 1200, 30)]
+        )
+        got = np.asarray(rn.hl_gauss(wide.astype(dtype), support, sigma=4.0))
+        want = hl_gauss_reference(wide.astype(dtype), edges, 4.0)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 if x64 else 1e-5)
+        # where erfc(x_0) is below float32's range, the second bin still holds mass
+        beyond_erfc = (edges[0] - wide[:30]) / (4.0 * math.sqrt(2)) > 10
+        assert (want[:30][beyond_erfc, 1] > 0.05).any()
+        # so far beyond that the tails' ratios underflow: all the mass on the end atom
         far = np.array([-1e4, -1e30, -np.inf, 1e4, 3e38, np.inf], dtype)
         got = np.asarray(rn.hl_gauss(far, support, sigma=0.3))
         np.testing.assert_array_equal(got[:3], np.eye(51)[[0, 0, 0]])

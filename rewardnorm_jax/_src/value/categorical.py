@@ -200,10 +200,10 @@ def hl_gauss(
     :math:`\frac{Q(t_k) - Q(t_{k+1})}{Q(t_0) - Q(t_K)}` with
     :math:`Q(t_k) = P(X > e_k)` (mirrored for a target in the bins' upper half),
     as ratios of :math:`\operatorname{erfc}` (of its asymptotic series where it
-    underflows): right to float rounding however far the target is, and all
-    the mass on the end atom in the limit. A :math:`\sigma` above half the
-    dtype's largest number over its smallest normal one (:math:`1.7 \cdot 10^{38}`
-    in float32) gives NaN.
+    underflows): as exact as the edges' distances from the target, rounded to
+    the dtype, however far the target is, and all the mass on the end atom in
+    the limit. A :math:`\sigma` above 2 over the dtype's smallest normal number
+    (:math:`1.7 \cdot 10^{38}` in float32) gives NaN.
 
     Args:
       targets: real targets, any shape.
@@ -283,15 +283,17 @@ def _masses(t: jax.Array) -> jax.Array:
 
 
 def _tail_ratios(x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    r""":math:`\operatorname{erfc}(x_k) / \operatorname{erfc}(x_0)` for increasing ``x``, and ``far``.
+    r""":math:`\operatorname{erfc}(x_k) / \operatorname{erfc}(x_0)` for increasing ``x``; ``far``.
 
-    Directly while :math:`\operatorname{erfc}(x_0)` is a normal number; beyond
-    (``far``, per row), :math:`e^{-(x_k - x_0)(x_k + x_0)} \frac{x_0 S(x_k)}{x_k S(x_0)}`
-    with :math:`S(x) = \sum_n (-1)^n (2n - 1)!! / (2x^2)^n` to :math:`n = 5`,
-    whose next term is below the dtype's precision there.
+    Directly while :math:`\operatorname{erfc}(x_0)` is a normal number with
+    room for ratios down to the dtype's precision; beyond (``far``, per row),
+    :math:`e^{-(x_k - x_0)(x_k + x_0)} \frac{x_0 S(x_k)}{x_k S(x_0)}` with
+    :math:`S(x) = \sum_n (-1)^n (2n - 1)!! / (2x^2)^n` to :math:`n = 5`, whose
+    next term is below the dtype's precision there.
     """
     info = jnp.finfo(x.dtype)
-    far = x[..., :1] > math.sqrt(-math.log(float(info.tiny))) - 1  # erfc(x_0) near tiny
+    # Far: erfc(x_0) below tiny / eps, where ratios above eps would lose digits to underflow.
+    far = x[..., :1] > math.sqrt(-math.log(float(info.tiny) / float(info.eps))) - 1
     near = jnp.where(far, 0, x)  # each branch on inputs it is finite for, gradients too
     direct = jax.scipy.special.erfc(near) / jax.scipy.special.erfc(near[..., :1])
     x = jnp.where(far, x, 1)
