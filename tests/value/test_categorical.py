@@ -196,6 +196,12 @@ def test_hl_gauss_far_beyond_the_support_is_the_listing_from_its_tails(x64):
         got = np.asarray(rn.hl_gauss(far, support, sigma=0.3))
         np.testing.assert_array_equal(got[:3], np.eye(51)[[0, 0, 0]])
         np.testing.assert_array_equal(got[3:], np.eye(51)[[-1, -1, -1]])
+        # the value's gradient in the target: finite everywhere, 0 where the limit is reached
+        value = jax.jit(jax.grad(lambda y: rn.decode_probs(rn.hl_gauss(y, support), support)))
+        slopes = np.array([value(dtype(y)) for y in (-1e4, -11.0, 0.3, 10.5, 3e38, np.inf)])
+        assert np.isfinite(slopes).all()
+        np.testing.assert_array_equal(slopes[[0, 4, 5]], 0.0)
+        assert (slopes[1:4] > 0).all()
 
 
 @pytest.mark.parametrize("kind", ["uniform", "custom"])
@@ -742,8 +748,9 @@ def test_the_widest_support_encodes_decodes_and_projects_right():
     np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, sigma), atol=1e-6)
     got = np.asarray(rn.hl_gauss(targets[:5], support, sigma=1.6e38))
     np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, 1.6e38), atol=1e-6)
-    # a sigma whose half has a subnormal reciprocal: NaN, not the mass of a distant target
-    assert np.isnan(np.asarray(rn.hl_gauss(targets[:5], support, sigma=1.8e38))).all()
+    # a sigma whose half has a subnormal reciprocal is refused, not computed as 0 or NaN
+    with pytest.raises(ValueError, match=r"sigma should be at most 1\.701e\+38 in float32, 2 over"):
+        rn.hl_gauss(targets[:5], support, sigma=1.8e38)
 
 
 def test_scaled_support_minimum_is_capped_at_the_widest_bound():

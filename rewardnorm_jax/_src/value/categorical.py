@@ -202,8 +202,10 @@ def hl_gauss(
     as ratios of :math:`\operatorname{erfc}` (of its asymptotic series where it
     underflows): as exact as the edges' distances from the target, rounded to
     the dtype, however far the target is, and all the mass on the end atom in
-    the limit. A :math:`\sigma` above 2 over the dtype's smallest normal number
-    (:math:`1.7 \cdot 10^{38}` in float32) gives NaN.
+    the limit. A ``sigma`` above 2 over the dtype's smallest normal number
+    (:math:`1.7 \cdot 10^{38}` in float32) is refused (its half's reciprocal
+    would be subnormal); a default :math:`\sigma` beyond it (a support of 2
+    atoms as wide as the dtype allows) gives NaN.
 
     Args:
       targets: real targets, any shape.
@@ -234,16 +236,27 @@ def hl_gauss(
         ratio = checks.check_positive("sigma_ratio", sigma_ratio, dtype)
         return _hl_gauss(targets, support, edges, None, ratio)
     checks.check_static("sigma", sigma)
-    sigma = jnp.asarray(checks.check_positive("sigma", sigma, dtype), dtype)
-    return _hl_gauss(targets, support, edges, sigma, None)
+    sigma = checks.check_positive("sigma", sigma, dtype)
+    if sigma > _largest_sigma(dtype):
+        raise ValueError(
+            f"sigma should be at most {_largest_sigma(dtype):.4g} in {np.dtype(dtype).name}, "
+            "2 over its smallest normal number (the reciprocal of half a larger sigma is "
+            f"subnormal, which XLA may flush to 0), got sigma={sigma!r}."
+        )
+    return _hl_gauss(targets, support, edges, jnp.asarray(sigma, dtype), None)
+
+
+def _largest_sigma(dtype) -> float:
+    """The largest sigma whose half has a normal reciprocal in ``dtype``."""
+    return 2 / float(jnp.finfo(dtype).tiny)
 
 
 @jax.jit
 def _hl_gauss(targets, support: Support, edges, sigma, ratio) -> jax.Array:
     """:func:`hl_gauss` of checked inputs: ``sigma``, or ``ratio`` times the mean bin width."""
     atoms = aligned(support.atoms, targets.ndim)
-    bins = _edges(atoms) if edges is None else edges
     if sigma is None:
+        bins = _edges(atoms) if edges is None else edges
         # The mean bin width from the halved edges, whose difference never overflows.
         scale = ratio * (bins[..., -1] / 2 - bins[..., 0] / 2) / support.num_atoms * 2
     else:
