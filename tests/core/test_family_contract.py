@@ -232,6 +232,22 @@ def cross_entropy():
     return Entry(build, inputs, "value", differentiable=True, axis=False)
 
 
+def weighted_cross_entropy():
+    """The loss's weighted mean over the batch: the reduction that divides by the weights' sum."""
+
+    def build(axis_name):
+        def run(state, logits, targets, weights):
+            return rn.categorical_cross_entropy(logits, targets, weights=weights), state
+
+        return run, None
+
+    def inputs(rng, batch):
+        targets = np.asarray(jax.nn.softmax(_logits(rng, batch)))
+        return _logits(rng, batch), targets, rng.uniform(0, 2, batch).astype(np.float32)
+
+    return Entry(build, inputs, "value", differentiable=True, axis=False)
+
+
 def projection():
     def build(axis_name):
         def run(state, probs, rewards, discounts):
@@ -321,6 +337,7 @@ ENTRIES = {
     "hl_gauss": encoder("hl_gauss"),
     "decode_logits": decoder(),
     "categorical_cross_entropy": cross_entropy(),
+    "categorical_cross_entropy:weighted_mean": weighted_cross_entropy(),
     "categorical_projection": projection(),
     "scaled_support:std": scaled("std"),
     "scaled_support:ret_abs_max:tasks": scaled("ret_abs_max", num_tasks=3),

@@ -17,6 +17,7 @@ import numpy as np
 import optax
 import pytest
 import rlax
+import scipy.special
 
 import rewardnorm_jax as rn
 from benchmarks.categorical import dreamer_two_hot
@@ -98,53 +99,147 @@ def test_rlax_two_hot_is_biased_where_ours_decodes_exactly():
     )
 
 
-def hl_gauss_reference(targets, atoms, sigma):
-    """Float64 HL-Gauss from the formula: erf differences over the bins, renormalised."""
+def transform_to_probs(target, support, sigma):
+    """Farebrother et al. (2024), "Stop Regressing", Appendix A: HL-Gauss's listing, in float64.
+
+    ``support`` there is the ``K + 1`` bin edges (``linspace(min, max, K + 1)``);
+    the Gaussian sits at the target itself, the target unclipped.
+    """
+    cdf_evals = np.array([math.erf((e - target) / (math.sqrt(2) * sigma)) for e in support])
+    z = cdf_evals[-1] - cdf_evals[0]
+    bin_probs = cdf_evals[1:] - cdf_evals[:-1]
+    return bin_probs / z
+
+
+def tails_reference(target, edges, sigma):
+    """The listing's numbers from the Gaussian's tails, in float64.
+
+    The same masses renormalised, as differences of the tails beyond each edge on
+    the target's far side, from their logarithms (SciPy's scaled ``erfcx``:
+    ``log erfc(x) = log erfcx(x) - x**2``): these do not cancel where the
+    listing's erf values round to 1, nor underflow however far the target is.
+    """
+    edges = np.asarray(edges, np.float64)
+    below = target <= (edges[0] + edges[-1]) / 2
+    x = (edges - target if below else (target - edges)[::-1]) / (math.sqrt(2) * sigma)
+    with np.errstate(divide="ignore"):  # log erfc(x) of the large x is not the one taken
+        log_tail = np.where(
+            x >= 0, np.log(scipy.special.erfcx(np.abs(x))) - x * x, np.log(scipy.special.erfc(x))
+        )
+    ratio = np.exp(log_tail - log_tail[0])  # tail k over tail 0, decreasing
+    masses = (ratio[:-1] - ratio[1:]) / (1 - ratio[-1])
+    return masses if below else masses[::-1]
+
+
+def default_edges(atoms):
+    """The library's bins: edges midway between atoms, half a bin beyond the end atoms."""
     atoms = np.asarray(atoms, np.float64)
-    edges = np.concatenate(
-        [
-            [atoms[0] - (atoms[1] - atoms[0]) / 2],
-            (atoms[1:] + atoms[:-1]) / 2,
-            [atoms[-1] + (atoms[-1] - atoms[-2]) / 2],
-        ]
-    )
-    out = []
-    for y in np.clip(np.asarray(targets, np.float64), atoms[0], atoms[-1]):
-        cdf = np.array([math.erf((e - y) / (math.sqrt(2) * sigma)) for e in edges])
-        out.append(np.diff(cdf) / (cdf[-1] - cdf[0]))
-    return np.array(out)
+    first, last = atoms[0] - (atoms[1] - atoms[0]) / 2, atoms[-1] + (atoms[-1] - atoms[-2]) / 2
+    return np.concatenate([[first], (atoms[1:] + atoms[:-1]) / 2, [last]])
+
+
+def hl_gauss_reference(targets, edges, sigma):
+    return np.array([tails_reference(y, edges, sigma) for y in np.asarray(targets, np.float64)])
+
+
+def test_the_tails_reference_is_the_listing_where_the_listing_is_well_conditioned():
+    edges = default_edges(np.linspace(-10.0, 10.0, 51))
+    for target in np.linspace(-11.5, 11.5, 47):
+        listing = transform_to_probs(target, edges, 0.3)
+        # z >= 1e-4 here: the listing's float64 rounding is below 1e-11
+        np.testing.assert_allclose(tails_reference(target, edges, 0.3), listing, atol=1e-11)
+
+
+def test_hl_gauss_beyond_the_support_follows_the_published_listing():
+    # -11 on 51 atoms over [-10, 10], sigma 0.3: the Gaussian at -11 itself, renormalised.
+    support = rn.uniform_support(-10.0, 10.0, 51)
+    edges = default_edges(np.linspace(-10.0, 10.0, 51))
+    listing = transform_to_probs(-11.0, edges, 0.3)
+    np.testing.assert_allclose(listing[:3], [0.99173157, 0.00825585, 1.25836e-05], rtol=1e-6)
+    got = np.asarray(rn.hl_gauss(-11.0, support, sigma=0.3))
+    np.testing.assert_allclose(got, listing, rtol=0, atol=2e-7)
+    mirrored = np.asarray(rn.hl_gauss(11.0, support, sigma=0.3))
+    np.testing.assert_allclose(mirrored, listing[::-1], rtol=0, atol=2e-7)
+    # it decodes nearer the end atom than the Gaussian of the clipped target did
+    assert float(rn.decode_probs(got, support)) < -9.99
+
+
+@pytest.mark.parametrize("x64", [False, True], ids=["float32", "float64"])
+def test_hl_gauss_far_beyond_the_support_is_the_listing_from_its_tails(x64):
+    """Targets up to 100 sigmas beyond, where the listing's erf values round to 1 (0 / 0)."""
+    inside = np.linspace(-9.9, 9.9, 23)
+    near = np.concatenate([-10.0 - np.geomspace(1e-3, 30.0, 40), 10.0 + np.geomspace(1e-3, 30, 40)])
+    with jax.enable_x64(x64):
+        dtype = jnp.float64 if x64 else jnp.float32
+        support = rn.uniform_support(-10.0, 10.0, 51, dtype=dtype)
+        edges = default_edges(support.atoms)  # of the atoms as the dtype rounds them
+        targets = np.concatenate([inside, near]).astype(dtype)
+        got = np.asarray(rn.hl_gauss(targets, support, sigma=0.3))
+        assert got.dtype == dtype
+        want = hl_gauss_reference(targets, edges, 0.3)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 if x64 else 1e-6)
+        np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-12 if x64 else 1e-6)
+        # a sigma of 10 bins, targets up to 300 sigmas beyond: erfc underflows, the masses do not.
+        # Each erfc ratio is as exact as the edges' distances x (in sqrt(2) sigmas) rounded to
+        # the dtype: a relative 2 x ulp(x), below 1e-5 in float32 for these.
+        wide = np.concatenate(
+            [-10.0 - np.geomspace(1.0, 1200.0, 30), 10 + np.geomspace(1, 1200, 30)]
+        )
+        got = np.asarray(rn.hl_gauss(wide.astype(dtype), support, sigma=4.0))
+        want = hl_gauss_reference(wide.astype(dtype), edges, 4.0)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12 if x64 else 1e-5)
+        # where erfc(x_0) is below float32's range, the second bin still holds mass
+        beyond_erfc = (edges[0] - wide[:30]) / (4.0 * math.sqrt(2)) > 10
+        assert (want[:30][beyond_erfc, 1] > 0.05).any()
+        # so far beyond that the tails' ratios underflow: all the mass on the end atom
+        far = np.array([-1e4, -1e30, -np.inf, 1e4, 3e38, np.inf], dtype)
+        got = np.asarray(rn.hl_gauss(far, support, sigma=0.3))
+        np.testing.assert_array_equal(got[:3], np.eye(51)[[0, 0, 0]])
+        np.testing.assert_array_equal(got[3:], np.eye(51)[[-1, -1, -1]])
+        # the value's gradient in the target: finite everywhere, 0 where the limit is reached
+        value = jax.jit(jax.grad(lambda y: rn.decode_probs(rn.hl_gauss(y, support), support)))
+        slopes = np.array([value(dtype(y)) for y in (-1e4, -11.0, 0.3, 10.5, 3e38, np.inf)])
+        assert np.isfinite(slopes).all()
+        np.testing.assert_array_equal(slopes[[0, 4, 5]], 0.0)
+        assert (slopes[1:4] > 0).all()
 
 
 @pytest.mark.parametrize("kind", ["uniform", "custom"])
-def test_hl_gauss_matches_the_float64_formula_within_1e_6(kind):
+def test_hl_gauss_matches_the_float64_listing_within_1e_6(kind):
     support = SUPPORTS[kind]()
     atoms = np.asarray(support.atoms)
     rng = np.random.default_rng(0)
     targets = np.concatenate([rng.uniform(atoms[0] * 1.2, atoms[-1] * 1.2, 200), atoms])
     targets = targets.astype(np.float32)  # the float32 inputs, in float64 for the reference
-    # the mean bin width: edges half a bin beyond the end atoms
-    width = (atoms[-1] - atoms[0] + (atoms[1] - atoms[0] + atoms[-1] - atoms[-2]) / 2) / len(atoms)
+    edges = default_edges(atoms)
+    width = (edges[-1] - edges[0]) / len(atoms)  # the mean bin width
     for sigma, options in ((0.75 * width, {}), (0.3 * width, {"sigma": 0.3 * width})):
         got = np.asarray(rn.hl_gauss(targets, support, **options))
         assert got.dtype == np.float32
-        np.testing.assert_allclose(got, hl_gauss_reference(targets, atoms, sigma), atol=1e-6)
+        np.testing.assert_allclose(got, hl_gauss_reference(targets, edges, sigma), atol=1e-6)
         np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
+        within = (targets >= atoms[0]) & (targets <= atoms[-1])
+        listing = np.array([transform_to_probs(y, edges, sigma) for y in targets[within]])
+        np.testing.assert_allclose(got[within], listing, atol=1e-6)
 
 
-def test_hl_gauss_with_given_edges_matches_the_formula():
+def test_hl_gauss_with_given_edges_matches_the_listing():
     support = rn.support([-1.0, 0.0, 2.0, 5.0])
     edges = np.array([-3.0, -0.4, 1.0, 3.0, 9.0])
-    targets = np.array([-2.0, 0.3, 4.4, 12.0], np.float32)
+    targets = np.array([-2.0, 0.3, 4.4, 12.0, -4.0], np.float32)
     got = np.asarray(rn.hl_gauss(targets, support, edges=edges, sigma=0.8))
-    want = []
-    for y in np.clip(targets.astype(np.float64), -1.0, 5.0):
-        cdf = np.array([math.erf((e - y) / (math.sqrt(2) * 0.8)) for e in edges])
-        want.append(np.diff(cdf) / (cdf[-1] - cdf[0]))
-    np.testing.assert_allclose(got, np.array(want), atol=1e-6)
+    want = np.array([transform_to_probs(y, edges, 0.8) for y in targets.astype(np.float64)])
+    np.testing.assert_allclose(got, want, atol=1e-6)
     with pytest.raises(ValueError, match=r"edges holds 1\.0; expected finite, strictly increasing"):
         rn.hl_gauss(0.0, support, edges=[-3.0, -0.4, 1.0, 1.0, 9.0])
     with pytest.raises(ValueError, match=r"edges has shape \(3,\); expected \(5,\)"):
         rn.hl_gauss(0.0, support, edges=[-3.0, 1.0, 9.0])
+    # an infinite edge is refused at either end alike
+    for bad in ([-np.inf, -0.4, 1.0, 3.0, 9.0], [-3.0, -0.4, 1.0, 3.0, np.inf]):
+        with pytest.raises(ValueError, match=r"edges holds -?inf; expected finite edges"):
+            rn.hl_gauss(0.0, support, edges=bad)
+    with pytest.raises(ValueError, match=r"edges\[0\]=-2e\+38 and edges\[-1\]=2e\+38 are 4e\+38"):
+        rn.hl_gauss(0.0, support, edges=[-2e38, -0.4, 1.0, 3.0, 2e38])
 
 
 def test_dreamer_v3_bins_and_symlog_two_hot():
@@ -616,3 +711,181 @@ def test_scaled_support_state_checkpoints_and_refuses_another_layout():
 def test_scaled_support_options_are_checked(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# Widths and magnitudes at the dtype's limits ---------------------------------------------
+
+
+def test_a_support_wider_than_the_dtype_is_refused_by_name():
+    with pytest.raises(
+        ValueError,
+        match=r"lower=-3e\+38 and upper=3e\+38 are 6e\+38 apart, more than the largest float32 "
+        r"number \(3\.403e\+38\).*b <= 1\.701e\+38\), or dtype=float64\.",
+    ):
+        rn.uniform_support(-3e38, 3e38, 5)
+    with pytest.raises(ValueError, match=r"lower=-2e\+38 and upper=2e\+38 are 4e\+38 apart"):
+        rn.uniform_support(jnp.array([0.0, -2e38]), jnp.array([1.0, 2e38]), 3)  # per task
+    with pytest.raises(ValueError, match=r"atoms\[0\]=-3e\+38 and atoms\[-1\]=3e\+38 are 6e\+38"):
+        rn.support([-3e38, 0.0, 3e38])
+
+
+def test_the_widest_support_encodes_decodes_and_projects_right():
+    """[-b, b] with b half the largest float32: every width finite, every number right."""
+    half = float(np.finfo(np.float32).max) / 2
+    support = rn.uniform_support(-half, half, 5)
+    targets = jnp.array([3e38, 1.5e38, 2e38, -1e38, 0.0, 1234.5], jnp.float32)
+    decoded = rn.decode_probs(rn.two_hot(targets, support), support)
+    np.testing.assert_allclose(decoded, [half, 1.5e38, half, -1e38, 0.0, 1234.5], rtol=1e-6)
+    probs = jnp.array([0.0, 0.0, 0.0, 0.0, 1.0])
+    projected = rn.categorical_projection(probs, support, rewards=0.0, discounts=1.0)
+    np.testing.assert_array_equal(projected, probs)
+    projected = rn.categorical_projection(probs, support, rewards=-half / 2, discounts=1.0)
+    np.testing.assert_allclose(projected, [0.0, 0.0, 0.0, 1.0, 0.0], atol=1e-6)
+    # HL-Gauss: the default bins reach past the largest float's half, their width does not
+    edges = default_edges(np.asarray(support.atoms, np.float64))
+    sigma = 0.75 * (edges[-1] - edges[0]) / 5
+    got = np.asarray(rn.hl_gauss(targets[:5], support))
+    np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, sigma), atol=1e-6)
+    got = np.asarray(rn.hl_gauss(targets[:5], support, sigma=1.6e38))
+    np.testing.assert_allclose(got, hl_gauss_reference(targets[:5], edges, 1.6e38), atol=1e-6)
+    # a sigma whose half has a subnormal reciprocal is refused, not computed as 0 or NaN
+    with pytest.raises(ValueError, match=r"sigma should be at most 1\.701e\+38 in float32, 2 over"):
+        rn.hl_gauss(targets[:5], support, sigma=1.8e38)
+
+
+def test_scaled_support_minimum_is_capped_at_the_widest_bound():
+    with pytest.raises(
+        ValueError,
+        match=r"minimum should be at most 1\.701e\+38, half the largest float32 number .*"
+        r"got minimum=3e\+38\.",
+    ):
+        rn.scaled_support(5, minimum=3e38)
+    half = float(np.finfo(np.float32).max) / 2
+    scaled = rn.scaled_support(5, minimum=half)
+    support = scaled.support(scaled.init())
+    decoded = rn.decode_probs(rn.two_hot(jnp.float32(2e38), support), support)
+    np.testing.assert_allclose(decoded, half, rtol=1e-6)
+    np.testing.assert_allclose(
+        rn.decode_probs(rn.two_hot(jnp.float32(1e38), support), support), 1e38, rtol=1e-6
+    )
+    state = scaled.init()
+    crafted = state.replace(bound=jnp.float32(3e38))
+    with pytest.raises(ValueError, match=r"bound holds 3\.0000000054977558e\+38; expected a bound"):
+        rn.load_state(state, rn.save_state(crafted, scaled.config), scaled.config)
+
+
+# Hyperparameters and shapes named ---------------------------------------------------------
+
+
+def test_bounds_of_shapes_that_do_not_broadcast_are_named():
+    message = r"lower has shape \(2,\) and upper \(3,\): they should broadcast to one shape"
+    with pytest.raises(ValueError, match=message):
+        rn.uniform_support(jnp.zeros(2), jnp.ones(3), 3)
+    with pytest.raises(ValueError, match=message):
+        jax.jit(lambda low, high: rn.uniform_support(low, high, 3).atoms)(jnp.zeros(2), jnp.ones(3))
+
+
+def test_a_traced_sigma_is_named_as_the_concrete_number_it_should_be():
+    support = rn.uniform_support(-1.0, 1.0, 5)
+    for name in ("sigma", "sigma_ratio"):
+        with pytest.raises(
+            TypeError, match=rf"^{name} should be a concrete number, got the traced"
+        ):
+            jax.jit(lambda g, name=name: rn.hl_gauss(0.3, support, **{name: g}))(0.5)
+    with pytest.raises(TypeError, match=r"^limit should be a concrete number, got the traced"):
+        jax.jit(lambda limit: rn.symlog_support(5, limit=limit).atoms)(2.0)
+
+
+# Traced invalid values: NaN, never a plausible number -------------------------------------
+
+
+def test_traced_bad_weights_make_every_reduction_nan():
+    logits = jnp.zeros((3, 5))
+    targets = rn.two_hot(jnp.array([0.1, 0.5, 0.9]), rn.uniform_support(0.0, 1.0, 5))
+    loss = jax.jit(
+        lambda w, reduction: rn.categorical_cross_entropy(
+            logits, targets, weights=w, reduction=reduction
+        ),
+        static_argnums=1,
+    )
+    for bad in (np.nan, -1.0, np.inf):
+        weights = jnp.array([1.0, bad, 1.0])
+        assert np.isnan(loss(weights, "mean")), bad
+        assert np.isnan(loss(weights, "sum")), bad
+        np.testing.assert_array_equal(np.isnan(loss(weights, "none")), [False, True, False])
+    # no row weighing anything still gives 0, and valid weights their weighted mean
+    assert float(loss(jnp.zeros(3), "mean")) == 0.0
+    per_row = loss(jnp.ones(3), "none")
+    np.testing.assert_allclose(
+        loss(jnp.array([2.0, 0.0, 1.0]), "mean"), (2 * per_row[0] + per_row[2]) / 3
+    )
+
+
+def test_traced_invalid_supports_and_discounts_give_nan_rows():
+    probs = jnp.full((2, 5), 0.2)
+    project = jax.jit(
+        lambda d: rn.categorical_projection(probs, rn.uniform_support(0.0, 1.0, 5), discounts=d)
+    )
+    for bad in (-0.5, np.inf, np.nan):
+        rows = np.asarray(project(jnp.array([bad, 0.9])))
+        assert np.isnan(rows[0]).all(), bad
+        np.testing.assert_allclose(rows[1].sum(), 1.0, atol=1e-6)
+
+    def everything(low, high):
+        support = rn.uniform_support(low, high, 5)
+        return (
+            support.atoms,
+            rn.two_hot(0.5, support),
+            rn.hl_gauss(0.5, support),
+            rn.decode_probs(probs[0], support),
+            rn.categorical_projection(probs, support),
+        )
+
+    run = jax.jit(everything)
+    for low, high in ((1.0, 0.0), (0.0, 0.0), (-3e38, 3e38), (0.0, np.inf), (np.nan, 1.0)):
+        for out in run(low, high):
+            assert np.isnan(np.asarray(out)).all(), (low, high, out)
+    for out in run(0.0, 1.0):
+        assert np.isfinite(np.asarray(out)).all()
+
+    def of_atoms(atoms):
+        support = rn.support(atoms)
+        return support.atoms, rn.two_hot(0.5, support), rn.categorical_projection(probs, support)
+
+    for atoms in ([0.0, 0.5, 0.25, 0.75, 1.0], [0.0, 0.5, 0.5, 0.75, 1.0], [-3e38, 0, 1, 2, 3e38]):
+        for out in jax.jit(of_atoms)(jnp.array(atoms)):
+            assert np.isnan(np.asarray(out)).all(), atoms
+    # one support per row: only the invalid row is NaN
+    rows = jax.jit(lambda a: rn.two_hot(jnp.array([0.5, 0.5]), rn.support(a)))(
+        jnp.array([[0.0, 0.25, 0.5, 0.75, 1.0], [0.0, 0.25, 0.2, 0.75, 1.0]])
+    )
+    np.testing.assert_allclose(rows[0], [0.0, 0.0, 1.0, 0.0, 0.0])
+    assert np.isnan(np.asarray(rows[1])).all()
+    # HL-Gauss edges: traced ones that are not finite and increasing give NaN
+    support = rn.uniform_support(-1.0, 1.0, 2)
+    encode = jax.jit(lambda e: rn.hl_gauss(0.0, support, edges=e, sigma=0.5))
+    np.testing.assert_allclose(encode(jnp.array([-2.0, 0.0, 2.0])).sum(), 1.0, atol=1e-6)
+    for edges in ([-2.0, 3.0, 2.0], [-np.inf, 0.0, 2.0], [-2.0, 0.0, np.inf]):
+        assert np.isnan(np.asarray(encode(jnp.array(edges)))).all(), edges
+
+
+# States of another transform ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("statistic", ["std", "ret_abs_max"])
+def test_scaled_support_refuses_statistics_of_other_quantities_by_name(statistic):
+    scaled = rn.scaled_support(5, statistic=statistic)
+    center = rn.center_reward()
+    _, rewards = center.step(center.init((4,)), jnp.array([-3.0, 1.0, 2.0, 8.0]))
+    others = {
+        r"got CenterRewardState, center_reward's state: its statistics are of the rewards": rewards,
+        r"got ObservationNormState, normalize_observation's state": rn.normalize_observation().init(
+            jnp.zeros(2)
+        ),
+        r"got PopArtState, popart's state": rn.popart(None).init(),
+    }
+    for message, state in others.items():
+        with pytest.raises(TypeError, match=r"reward_state should be the state of a normalize_rew"):
+            scaled.update(scaled.init(), state)
+        with pytest.raises(TypeError, match=message):
+            scaled.update(scaled.init(), state)

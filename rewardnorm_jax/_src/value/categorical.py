@@ -18,9 +18,10 @@ A :class:`Support` holds the atoms in the space the encoders work in:
 ``"value"`` (the targets' own units) or ``"symlog"`` (DreamerV3: the atoms
 are uniform in :math:`\operatorname{symlog}(y)`, targets are encoded as
 :math:`\operatorname{symlog}(y)` and values decoded with :math:`\operatorname{symexp}`).
-Targets beyond the support are clipped to its end atoms (two-hot: all the
-mass on the end atom). Every function works under ``jit``, ``vmap`` and
-``grad``; the number of atoms is static.
+Beyond the support, two-hot clips the target to the end atom (all the mass
+there); HL-Gauss keeps the Gaussian at the target and renormalises its mass
+over the bins, as Farebrother et al.'s listing does. Every function works
+under ``jit``, ``vmap`` and ``grad``; the number of atoms is static.
 """
 
 import functools
@@ -80,7 +81,10 @@ def uniform_support(lower, upper, num_atoms: int, *, space: str = "value", dtype
 
     ``lower`` and ``upper`` may be arrays of one shape (a support per task, or
     per target: atoms of shape ``(..., K)``), and traced. With
-    ``space="symlog"`` they are bounds in symlog space.
+    ``space="symlog"`` they are bounds in symlog space. Concrete bounds must be
+    finite, with ``lower < upper`` and ``upper - lower`` finite in ``dtype``
+    (a support :math:`[-b, b]` up to half the dtype's largest value); traced
+    bounds that are not give atoms of NaN (:ref:`traced-input`).
 
     Example:
       >>> import rewardnorm_jax as rn
@@ -89,11 +93,13 @@ def uniform_support(lower, upper, num_atoms: int, *, space: str = "value", dtype
     """
     checks.check_count("num_atoms", num_atoms, minimum=2)
     checks.check_choice("space", space, SPACES)
-    _check_bounds(lower, upper)
     dtype = rs.check_dtype(dtype)
+    _check_bounds(lower, upper, dtype)
     lower, upper = jnp.broadcast_arrays(jnp.asarray(lower, dtype), jnp.asarray(upper, dtype))
     atoms = jnp.linspace(lower, upper, num_atoms, axis=-1, dtype=dtype)
-    if not isinstance(atoms, jax.core.Tracer) and not np.all(np.diff(np.asarray(atoms)) > 0):
+    if isinstance(atoms, jax.core.Tracer):  # bounds no check could see: NaN where invalid
+        return Support(atoms=_nan_unless_valid(atoms), space=space, uniform=True)
+    if not np.all(np.diff(np.asarray(atoms)) > 0):
         raise ValueError(
             f"lower={lower!r} and upper={upper!r} are too close for num_atoms={num_atoms} in "
             f"{np.dtype(dtype).name}: neighbouring atoms round to the same value. Pass bounds "
@@ -114,6 +120,7 @@ def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> 
       >>> [round(v, 4) for v in support.values.tolist()]
       [-6.3891, -1.7183, 0.0, 1.7183, 6.3891]
     """
+    checks.check_static("limit", limit)
     if not (checks.is_real(limit) and math.isfinite(limit) and limit > 0):
         raise ValueError(f"limit should be a finite number > 0, got limit={limit!r}.")
     largest = float(jnp.finfo(rs.check_dtype(dtype)).max)
@@ -128,8 +135,9 @@ def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> 
 def support(atoms, *, space: str = "value") -> Support:
     """A support of any increasing atoms (at least 2, along the last axis).
 
-    Concrete atoms are checked finite and strictly increasing; traced ones
-    are taken as they are.
+    Concrete atoms are checked finite and strictly increasing, the last minus
+    the first finite in their dtype; traced atoms that are not become NaN
+    (:ref:`traced-input`).
 
     Example:
       >>> import rewardnorm_jax as rn
@@ -142,11 +150,13 @@ def support(atoms, *, space: str = "value") -> Support:
         raise ValueError(
             f"atoms has shape {atoms.shape}; expected at least 2 atoms along the last axis."
         )
-    if not isinstance(atoms, jax.core.Tracer):
-        concrete = np.asarray(atoms)
-        checks.refuse_where("atoms", concrete, ~np.isfinite(concrete), "finite atoms")
-        steps = np.diff(concrete, axis=-1)
-        checks.refuse_where("atoms", concrete[..., 1:], ~(steps > 0), "strictly increasing atoms")
+    if isinstance(atoms, jax.core.Tracer):
+        return Support(atoms=_nan_unless_valid(atoms), space=space)
+    concrete = np.asarray(atoms)
+    checks.refuse_where("atoms", concrete, ~np.isfinite(concrete), "finite atoms")
+    steps = np.diff(concrete, axis=-1)
+    checks.refuse_where("atoms", concrete[..., 1:], ~(steps > 0), "strictly increasing atoms")
+    _check_width(("atoms[0]", "atoms[-1]"), concrete[..., 0], concrete[..., -1], atoms.dtype)
     return Support(atoms=atoms, space=space)
 
 
@@ -181,36 +191,64 @@ def hl_gauss(
     Bin edges lie midway between atoms, and half a bin beyond the end atoms
     (or are given). The Gaussian's mass in each bin, renormalised over the
     support's range, is :math:`\frac{\operatorname{erf}(u_{k+1}) - \operatorname{erf}(u_k)}
-    {\operatorname{erf}(u_K) - \operatorname{erf}(u_0)}`, :math:`u_k = (e_k - y) / (\sqrt2 \sigma)`.
-    The target is clipped to the end atoms first, so that the
-    renormalisation never divides by a vanishing mass. Supports and
-    :math:`\sigma` whose bins or :math:`u_k` overflow the dtype give NaN.
+    {\operatorname{erf}(u_K) - \operatorname{erf}(u_0)}`, :math:`u_k = (e_k - y) / (\sqrt2 \sigma)`:
+    the listing of Farebrother et al. (2024, Appendix A), with the Gaussian at
+    the target itself, beyond the support too. There the erf differences
+    cancel (:math:`\operatorname{erf}(u) = 1` in float32 from :math:`u \approx 4`),
+    so the masses (of every target) are computed from the Gaussian's tails
+    beyond each edge on the side away from the target,
+    :math:`\frac{Q(t_k) - Q(t_{k+1})}{Q(t_0) - Q(t_K)}` with
+    :math:`Q(t_k) = P(X > e_k)` (mirrored for a target in the bins' upper half),
+    as ratios of :math:`\operatorname{erfc}` (of its asymptotic series where it
+    underflows): as exact as the edges' distances from the target, rounded to
+    the dtype, however far the target is, and all the mass on the end atom in
+    the limit. A ``sigma`` above 2 over the dtype's smallest normal number
+    (:math:`1.7 \cdot 10^{38}` in float32) is refused (its half's reciprocal
+    would be subnormal); a default :math:`\sigma` beyond it (a support of 2
+    atoms as wide as the dtype allows) gives NaN.
 
     Args:
       targets: real targets, any shape.
       support: the :class:`Support` (its space: the Gaussian is in it).
       sigma: the standard deviation, in the support's space; ``None``:
-        ``sigma_ratio`` times the mean bin width.
+        ``sigma_ratio`` times the mean bin width. A concrete number.
       sigma_ratio: :math:`\sigma` over the bin width when ``sigma`` is None
-        (0.75, as Farebrother et al. recommend).
-      edges: ``None``, or the ``K + 1`` increasing bin edges (in the
-        support's space), shared by every target.
+        (0.75, as Farebrother et al. recommend). A concrete number.
+      edges: ``None``, or the ``K + 1`` finite, increasing bin edges (in the
+        support's space), shared by every target; traced edges that are not
+        give NaN (:ref:`traced-input`).
 
     Example:
       >>> import rewardnorm_jax as rn
       >>> probs = rn.hl_gauss(0.0, rn.uniform_support(-2.0, 2.0, 5))
       >>> [round(p, 4) for p in probs.tolist()]
       [0.0223, 0.2299, 0.4954, 0.2299, 0.0223]
+      >>> below = rn.hl_gauss(-2.5, rn.uniform_support(-2.0, 2.0, 5))  # at the first edge
+      >>> [round(p, 4) for p in below.tolist()]
+      [0.8176, 0.1748, 0.0076, 0.0001, 0.0]
     """
     targets = _targets(targets, support)
     dtype = support.atoms.dtype
     if edges is not None:
         edges = _checked_edges(edges, support)
     if sigma is None:
+        checks.check_static("sigma_ratio", sigma_ratio)
         ratio = checks.check_positive("sigma_ratio", sigma_ratio, dtype)
         return _hl_gauss(targets, support, edges, None, ratio)
-    sigma = jnp.asarray(checks.check_positive("sigma", sigma, dtype), dtype)
-    return _hl_gauss(targets, support, edges, sigma, None)
+    checks.check_static("sigma", sigma)
+    sigma = checks.check_positive("sigma", sigma, dtype)
+    if sigma > _largest_sigma(dtype):
+        raise ValueError(
+            f"sigma should be at most {_largest_sigma(dtype):.4g} in {np.dtype(dtype).name}, "
+            "2 over its smallest normal number (the reciprocal of half a larger sigma is "
+            f"subnormal, which XLA may flush to 0), got sigma={sigma!r}."
+        )
+    return _hl_gauss(targets, support, edges, jnp.asarray(sigma, dtype), None)
+
+
+def _largest_sigma(dtype) -> float:
+    """The largest sigma whose half has a normal reciprocal in ``dtype``."""
+    return 2 / float(jnp.finfo(dtype).tiny)
 
 
 @jax.jit
@@ -219,30 +257,86 @@ def _hl_gauss(targets, support: Support, edges, sigma, ratio) -> jax.Array:
     atoms = aligned(support.atoms, targets.ndim)
     if sigma is None:
         bins = _edges(atoms) if edges is None else edges
-        scale = ratio * (bins[..., -1] - bins[..., 0]) / support.num_atoms  # the mean bin width
+        # The mean bin width from the halved edges, whose difference never overflows.
+        scale = ratio * (bins[..., -1] / 2 - bins[..., 0] / 2) / support.num_atoms * 2
     else:
         scale = sigma
-    y = _clip(support.encode(targets), atoms[..., 0], atoms[..., -1])
-    # Edges minus the target from the atoms minus the target: exact near the target,
-    # where the Gaussian's mass changes fast (an edge rounded first would cost an ulp of it).
-    offsets = _edges(atoms - y[..., None]) if edges is None else edges - y[..., None]
-    cdf = jax.scipy.special.erf(offsets / (math.sqrt(2) * scale[..., None]))
-    mass = cdf[..., 1:] - cdf[..., :-1]
-    return mass / (cdf[..., -1:] - cdf[..., :1])
+    # An infinite target as the largest finite one: as far beyond any support, in the limit.
+    y = jnp.clip(support.encode(targets), -jnp.finfo(atoms.dtype).max, jnp.finfo(atoms.dtype).max)
+    # Half of the edges minus the target, from half the atoms minus half the target: exact
+    # near the target, where the Gaussian's mass changes fast (an edge rounded first would
+    # cost an ulp of it), and never inf - inf, however far the target.
+    halves = (atoms if edges is None else edges) / 2 - y[..., None] / 2
+    return _masses((_edges(halves) if edges is None else halves) / (scale[..., None] / 2))
+
+
+def _masses(t: jax.Array) -> jax.Array:
+    r"""The standard Gaussian's masses between increasing edges ``t``, renormalised over them.
+
+    Seen from the target's side with the more mass (edges mirrored when it is
+    in their upper half), each mass is a difference of the tails beyond the
+    edges, :math:`\frac{Q(t_k) - Q(t_{k+1})}{Q(t_0) - Q(t_K)}`,
+    :math:`Q(t) = P(X > t) = \tfrac12 \operatorname{erfc}(t / \sqrt2)`, as ratios
+    :math:`Q(t_k) / Q(t_0)`: no erf values near 1 cancel. Beyond the range
+    where :math:`\operatorname{erfc}` is a normal number, the ratios come from
+    its asymptotic series; where every edge is as far (their distances round
+    alike), the limit: all the mass in the nearest bin.
+    """
+    upper = t[..., :1] + t[..., -1:] < 0  # the target in the edges' upper half: mirrored
+    # Edges 1e15 sigmas away or more hold no mass beside nearer ones (their tails' ratio is
+    # below exp(-1e15)): as far as that, the arithmetic stays finite, its gradients too.
+    near_first = jnp.minimum(jnp.where(upper, -t[..., ::-1], t), 1e15) / math.sqrt(2)
+    ratio, far = jax.lax.optimization_barrier(_tail_ratios(near_first))
+    # Every edge as far (a target so far that their distances round alike): the limit. Near
+    # edges that round alike (a sigma beyond the dtype's range) give 0 / 0: NaN.
+    limit = far & ~(ratio[..., -1:] < 1) & ~jnp.isnan(t).any(axis=-1, keepdims=True)
+    masses = (ratio[..., :-1] - ratio[..., 1:]) / jnp.where(limit, 1, 1 - ratio[..., -1:])
+    masses = jnp.where(limit, (jnp.arange(t.shape[-1] - 1) == 0).astype(masses.dtype), masses)
+    return jnp.where(upper, masses[..., ::-1], masses)
+
+
+def _tail_ratios(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    r""":math:`\operatorname{erfc}(x_k) / \operatorname{erfc}(x_0)` for increasing ``x``; ``far``.
+
+    Directly while :math:`\operatorname{erfc}(x_0)` is a normal number with
+    room for ratios down to the dtype's precision; beyond (``far``, per row),
+    :math:`e^{-(x_k - x_0)(x_k + x_0)} \frac{x_0 S(x_k)}{x_k S(x_0)}` with
+    :math:`S(x) = \sum_n (-1)^n (2n - 1)!! / (2x^2)^n` to :math:`n = 5`, whose
+    next term is below the dtype's precision there.
+    """
+    info = jnp.finfo(x.dtype)
+    # Far: erfc(x_0) below tiny / eps, where ratios above eps would lose digits to underflow.
+    far = x[..., :1] > math.sqrt(-math.log(float(info.tiny) / float(info.eps))) - 1
+    near = jnp.where(far, 0, x)  # each branch on inputs it is finite for, gradients too
+    direct = jax.scipy.special.erfc(near) / jax.scipy.special.erfc(near[..., :1])
+    x = jnp.where(far, x, 1)
+    first = x[..., :1]
+    series = _erfc_series(x)
+    scaled = jnp.exp(-(x - first) * (x + first)) * (first * series) / (x * series[..., :1])
+    return jnp.where(far, scaled, direct), far
+
+
+def _erfc_series(x: jax.Array) -> jax.Array:
+    r"""The asymptotic series :math:`S(x) = \sqrt\pi x e^{x^2} \operatorname{erfc}(x)`, 6 terms."""
+    u = 1 / (2 * x * x)
+    return 1 - u * (1 - u * (3 - u * (15 - u * (105 - u * 945))))
 
 
 def _checked_edges(edges, support: Support) -> jax.Array:
-    """``edges`` as ``K + 1`` floats of the support's dtype; concrete ones finite and increasing."""
+    """``edges`` as ``K + 1`` floats of the support's dtype: finite and increasing (traced: NaN)."""
     edges = jnp.asarray(checks.check_reward("edges", edges), support.atoms.dtype)
     if edges.shape != (support.num_atoms + 1,):
         raise ValueError(
             f"edges has shape {edges.shape}; expected ({support.num_atoms + 1},): the "
             f"{support.num_atoms} bins' edges, shared by every target."
         )
-    if not isinstance(edges, jax.core.Tracer):
-        concrete = np.asarray(edges)
-        bad = ~np.isfinite(concrete[1:]) | ~(np.diff(concrete) > 0)
-        checks.refuse_where("edges", concrete[1:], bad, "finite, strictly increasing edges")
+    if isinstance(edges, jax.core.Tracer):
+        return _nan_unless_valid(edges)
+    concrete = np.asarray(edges)
+    checks.refuse_where("edges", concrete, ~np.isfinite(concrete), "finite edges")
+    bad = ~(np.diff(concrete) > 0)
+    checks.refuse_where("edges", concrete[1:], bad, "finite, strictly increasing edges")
+    _check_width(("edges[0]", "edges[-1]"), concrete[0], concrete[-1], edges.dtype)
     return edges
 
 
@@ -250,7 +344,8 @@ def _edges(atoms: jax.Array) -> jax.Array:
     """The bins' ``K + 1`` edges: midway between atoms, and half a bin beyond the end atoms."""
     first = atoms[..., :1] - (atoms[..., 1:2] - atoms[..., :1]) / 2
     last = atoms[..., -1:] + (atoms[..., -1:] - atoms[..., -2:-1]) / 2
-    return jnp.concatenate([first, (atoms[..., 1:] + atoms[..., :-1]) / 2, last], axis=-1)
+    middle = atoms[..., 1:] / 2 + atoms[..., :-1] / 2  # never overflows, rounds as (a + b) / 2
+    return jnp.concatenate([first, middle, last], axis=-1)
 
 
 def decode_probs(probs, support: Support) -> jax.Array:
@@ -306,7 +401,9 @@ def categorical_cross_entropy(logits, targets, *, reduction: str = "mean", weigh
       reduction: ``"mean"`` (over the rows, weighted by ``weights``),
         ``"sum"`` or ``"none"`` (one loss per row, times its weight).
       weights: optional ``(...)``: each row's weight, >= 0 (bools or 0/1 to
-        leave rows out); the mean divides by their sum.
+        leave rows out); the mean divides by their sum (0 where it is 0).
+        Concrete weights that are negative or not finite are refused; traced
+        ones make the loss NaN, in every reduction (:ref:`traced-input`).
 
     Example:
       >>> import numpy as np
@@ -346,7 +443,8 @@ def _cross_entropy(logits, targets, weights, reduction: str) -> jax.Array:
     if reduction == "sum":
         return total
     count = losses.size if weights is None else jnp.sum(weights)
-    return jnp.where(count > 0, total / jnp.where(count > 0, count, 1), 0)
+    # No rows weigh anything: 0. A NaN count (a traced invalid weight) gives NaN.
+    return jnp.where(count != 0, total / jnp.where(count != 0, count, 1), 0)
 
 
 def bracket(atoms: jax.Array, y: jax.Array, *, uniform: bool) -> tuple[jax.Array, jax.Array]:
@@ -450,18 +548,47 @@ def _check_atoms_axis(name: str, values: jax.Array, support: Support) -> None:
         )
 
 
-def _check_bounds(lower, upper) -> None:
-    """Concrete bounds checked finite with ``lower < upper``; traced ones taken as they are."""
+def _check_bounds(lower, upper, dtype) -> None:
+    """Bounds of one shape; concrete ones finite, ``lower < upper``, their distance finite."""
+    checks.check_reward("lower", lower)
+    checks.check_reward("upper", upper)
+    if checks.broadcast_shape(jnp.shape(lower), jnp.shape(upper)) is None:
+        raise ValueError(
+            f"lower has shape {jnp.shape(lower)} and upper {jnp.shape(upper)}: they should "
+            "broadcast to one shape (the shape of the supports, one per task or per target)."
+        )
     if isinstance(lower, jax.core.Tracer) or isinstance(upper, jax.core.Tracer):
         return
-    low, high = (
-        np.asarray(checks.check_reward("lower", lower)),
-        np.asarray(checks.check_reward("upper", upper)),
-    )
+    low, high = np.asarray(lower), np.asarray(upper)
     checks.refuse_where("lower", low, ~np.isfinite(low), "finite bounds")
     checks.refuse_where("upper", high, ~np.isfinite(high), "finite bounds")
     if np.any(~(np.broadcast_to(low, np.broadcast_shapes(low.shape, high.shape)) < high)):
         raise ValueError(f"lower should be < upper, got lower={lower!r}, upper={upper!r}.")
+    _check_width(("lower", "upper"), low, high, dtype)
+
+
+def _check_width(names: tuple[str, str], lower, upper, dtype) -> None:
+    """Raises a ValueError where ``upper - lower`` overflows ``dtype``: the atoms' spacing would."""
+    with np.errstate(over="ignore"):
+        width = np.asarray(upper, dtype) - np.asarray(lower, dtype)
+    if np.isinf(width).any():
+        index = tuple(np.argwhere(np.isinf(width))[0])
+        first, last = (float(np.broadcast_to(x, width.shape)[index]) for x in (lower, upper))
+        largest = float(jnp.finfo(dtype).max)
+        raise ValueError(
+            f"{names[0]}={first:.4g} and {names[1]}={last:.4g} are {last - first:.4g} apart, "
+            f"more than the largest {np.dtype(dtype).name} number ({largest:.4g}): the atoms' "
+            "spacing and each target's place between them would overflow. Expected bounds at "
+            f"most {largest:.4g} apart (a support [-b, b] with b <= {largest / 2:.4g})"
+            + (", or dtype=float64." if largest < 1e300 else ".")
+        )
+
+
+def _nan_unless_valid(atoms: jax.Array) -> jax.Array:
+    """Traced atoms, NaN in each support that is not strictly increasing with a finite width."""
+    increasing = jnp.all(atoms[..., 1:] > atoms[..., :-1], axis=-1)
+    valid = increasing & jnp.isfinite(atoms[..., -1] - atoms[..., 0])
+    return jnp.where(valid[..., None], atoms, jnp.nan)
 
 
 def _wide(values: jax.Array) -> jax.Array:

@@ -49,17 +49,18 @@ def categorical_projection(
       support: the :class:`~rewardnorm_jax.Support` to project onto; its atoms
         ``(K,)``, or ``(..., K)`` one per sample (per-task bounds).
       rewards: ``(...)`` or a scalar: each sample's reward.
-      discounts: ``(...)`` or a scalar, >= 0: each sample's discount,
+      discounts: ``(...)`` or a scalar, finite and >= 0: each sample's discount,
         :math:`\gamma (1 - \text{terminated})` (0 at a terminal step; a
         truncated step bootstraps from its final observation, with
-        :math:`\gamma`).
+        :math:`\gamma`). Concrete ones out of range are refused; traced ones
+        give a row of NaN (:ref:`traced-input`).
       source_support: the atoms ``probs`` is over; ``None``: ``support``'s
         (a support whose bounds moved is re-projected so, with
         ``rewards=0`` and ``discounts=1``).
 
     Returns:
       ``(..., K)`` probabilities over ``support``'s atoms, in their dtype; a row
-      of NaN where the reward, the discount or a probability is NaN.
+      of NaN where the reward, the discount, a probability or an atom is NaN.
 
     Example:
       >>> import numpy as np
@@ -105,8 +106,10 @@ def _project(probs, support: Support, source: Support, rewards, discounts) -> ja
         atoms = jnp.broadcast_to(aligned(atoms, len(batch)), (*batch, support.num_atoms))
     below, weight = bracket(atoms, support.encode(moved), uniform=support.uniform)
     projected = _scatter(below, weight, probs, support.num_atoms)
-    # A NaN reward or probability makes its whole row NaN, not two of its atoms.
-    invalid = jnp.isnan(rewards) | jnp.isnan(discounts) | jnp.isnan(probs).any(axis=-1)
+    # A NaN reward or probability makes its whole row NaN, not two of its atoms; so do a
+    # traced discount out of range and traced atoms made NaN by their support.
+    invalid = ~(discounts >= 0) | jnp.isinf(discounts) | jnp.isnan(rewards)
+    invalid |= jnp.isnan(probs).any(axis=-1) | jnp.isnan(weight).any(axis=-1)
     return jnp.where(invalid[..., None], jnp.nan, projected)
 
 

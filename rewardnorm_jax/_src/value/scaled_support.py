@@ -38,8 +38,12 @@ import numpy as np
 from flax import struct
 
 from rewardnorm_jax._src.core import base, checks
+from rewardnorm_jax._src.observation.normalizer import ObservationNormState
+from rewardnorm_jax._src.reward.center import CenterRewardState
+from rewardnorm_jax._src.reward.normalize import NormalizeRewardState
 from rewardnorm_jax._src.stats import running as rs
 from rewardnorm_jax._src.value.categorical import SPACES, Support, uniform_support
+from rewardnorm_jax._src.value.popart import PopArtState
 from rewardnorm_jax._src.value.transforms import symlog
 
 STATISTICS = ("ret_abs_max", "std")
@@ -53,10 +57,11 @@ class ScaledSupportState(struct.PyTreeNode):
     updates: jax.Array  # int32 (): updates taken (the bound is frozen from ``warmup`` on)
 
     def check_values(self, name: str) -> None:
-        """A finite bound > 0 (no update makes another); updates >= 0."""
+        """A bound in ``(0, widest]`` (no update makes another); updates >= 0."""
         bound = np.asarray(self.bound)
-        bad = ~(bound > 0) | np.isinf(bound)
-        checks.refuse_where(f"{name}.bound", bound, bad, "a finite bound > 0")
+        largest = widest(bound.dtype)
+        bad = ~((bound > 0) & (bound <= largest))
+        checks.refuse_where(f"{name}.bound", bound, bad, f"a bound > 0 and <= {largest:.4g}")
         updates = np.asarray(self.updates)
         checks.refuse_where(f"{name}.updates", updates, updates < 0, "a count of updates >= 0")
 
@@ -82,9 +87,16 @@ class ScaledSupportConfig(base.Config):
         checks.check_choice("space", self.space, SPACES)
         if self.warmup is not None:
             checks.check_count("warmup", self.warmup, minimum=1, maximum=2**30)
+        minimum = checks.check_positive("minimum", self.minimum, dtype)
+        if minimum > widest(dtype):
+            raise ValueError(
+                f"minimum should be at most {widest(dtype):.4g}, half the largest "
+                f"{np.dtype(dtype).name} number (the widest support [-b, b] whose width 2b "
+                f"is finite), got minimum={self.minimum!r}."
+            )
         options = {
             "multiple": checks.check_positive("multiple", self.multiple, dtype),
-            "minimum": checks.check_positive("minimum", self.minimum, dtype),
+            "minimum": minimum,
             "num_tasks": checks.check_num_tasks(self.num_tasks),
             "dtype": dtype,
         }
@@ -201,7 +213,7 @@ def update(config: ScaledSupportConfig, state: ScaledSupportState, reward_state)
     # A finite statistic whose multiple overflows saturates at the largest bound whose support
     # has a finite width 2b (leaving the bound as it was would clip larger returns silently; a
     # wider support gives inf spacings, every encoded target wrong).
-    largest = jnp.finfo(config.dtype).max / 2
+    largest = widest(config.dtype)
     wanted = jnp.maximum(
         state.bound,
         jnp.where(jnp.isfinite(scale), jnp.minimum(config.multiple * scale, largest), scale),
@@ -233,6 +245,11 @@ def support_of(config: ScaledSupportConfig, state: ScaledSupportState, task=None
     return uniform_support(-bound, bound, config.num_atoms, space=config.space, dtype=config.dtype)
 
 
+def widest(dtype) -> float:
+    """The largest bound ``b`` of ``dtype`` whose support ``[-b, b]`` has a finite width."""
+    return float(jnp.finfo(dtype).max) / 2
+
+
 def _check_state(config: ScaledSupportConfig, state) -> None:
     """A ValueError at trace time for a state of another layout (num_tasks, dtype, type)."""
     checks.check_state(state, checks.expected_layout(init, config), (), config)
@@ -240,18 +257,29 @@ def _check_state(config: ScaledSupportConfig, state) -> None:
 
 def _statistic(config: ScaledSupportConfig, reward_state) -> jax.Array:
     """The reward state's running maximum of ``|G|`` or its return's standard deviation."""
-    stats: Any = getattr(reward_state, "stats", None)
-    if not hasattr(stats, "var"):
+    if not isinstance(reward_state, NormalizeRewardState):
+        made_by = _OTHER_STATES.get(type(reward_state), "")
         raise TypeError(
             "reward_state should be the state of a normalize_reward transform (a "
-            f"NormalizeRewardState), got {type(reward_state).__name__}."
+            "NormalizeRewardState: statistics of the discounted return), got "
+            f"{type(reward_state).__name__}{made_by}."
         )
     if config.statistic == "std":
-        return jnp.sqrt(stats.var)
-    if getattr(reward_state, "ret_abs_max", None) is None:
+        return jnp.sqrt(reward_state.stats.var)
+    if reward_state.ret_abs_max is None:
         raise ValueError(
             "statistic='ret_abs_max' reads the running maximum of |G|, which a "
             "normalize_reward state keeps only with g_max set: build it with "
             "normalize_reward(..., g_max=G), or use statistic='std'."
         )
     return reward_state.ret_abs_max
+
+
+# States whose statistics are of something else than the return, and what they describe.
+_OTHER_STATES = {
+    CenterRewardState: ", center_reward's state: its statistics are of the rewards, not the return",
+    PopArtState: ", popart's state: its statistics are of the value targets it normalizes",
+    ObservationNormState: (
+        ", normalize_observation's state: its statistics are of the observations"
+    ),
+}
