@@ -723,7 +723,9 @@ def test_vec_env_refuses_a_single_key_by_name():
         vec.step(jax.random.key(1), states, jnp.zeros(2, jnp.int32), params)
 
 
-OBSERVATION_PLACEMENTS = {  # NormalizeObservation around a batch of 4 environments
+OBSERVATION_PLACEMENTS: dict[
+    str, dict[str, Any]
+] = {  # NormalizeObservation around a batch of 4 environments
     "shared": {},
     "per_env": {"statistics": rn.Statistics(per_env=True)},
     "tasks": {

@@ -10,6 +10,15 @@ library's message for an unbound ``axis_name``, empty batches, NaN, inf and
 magnitudes near the dtype's limits, checkpoints; the dtypes are crossed with
 one entry per family. Adding an entry is all a new function needs to be
 covered. (Reward transforms have their registry in ``test_transform_contract``.)
+
+An entry also declares what it takes, and gets the axes that vary it: ``weights``
+(totals past 2**32 and past float32's range against a float64 reference of the
+weighted statistic; traced NaN and negative weights), ``placements`` (a state of
+another placement refused by every function, naming the state),
+``hyperparameters`` and ``near_limits`` (every numeric option near the dtype's
+limits: float64's numbers or the library's error naming it; every one traced:
+it works or is refused by name) and ``flags`` (a non-bool is a TypeError naming
+the flag).
 """
 
 import dataclasses
@@ -197,7 +206,7 @@ def group(estimator, convention="exact", ragged=False):
     near: list[Near] = [] if ragged else [Near({size: 2**31 - 1})]  # num_groups sizes arrays
     if estimator == "gdpo":
         hyperparameters["reward_weights"] = (1.0, 0.5)
-        near += [Near({"reward_weights": (HUGE, HUGE)}), Near({"reward_weights": (TINY, 1.0)})]
+        near.append(Near({"reward_weights": (HUGE, HUGE)}))
     if estimator == "gpg":
         hyperparameters["f_norm"] = 1.0
         near += [Near({"f_norm": HUGE}), Near({"f_norm": TINY})]
@@ -362,7 +371,7 @@ def observations(preset, tree=False, **options):
         )
 
     config = rn.normalize_observation(preset).config
-    hyperparameters = {"epsilon": config.epsilon, "prior_count": config.prior_count}
+    hyperparameters: dict[str, Any] = {"epsilon": config.epsilon, "prior_count": config.prior_count}
     near = [Near({"epsilon": TINY}), Near({"epsilon": HUGE}), Near({"prior_count": HUGE})]
     hyperparameters["clip"] = 10.0 if config.clip is None else config.clip
     near += [Near({"clip": TINY}), Near({"clip": HUGE})]
@@ -436,7 +445,7 @@ WIDE = (  # supports whose bounds are near the dtype's limits, and targets of th
 
 
 # The decoders' and the projection's inputs are probabilities (or logits): kept as they are.
-SUPPORTS_NEAR = tuple({str(near): Near(near.options) for near in WIDE}.values())
+SUPPORTS_NEAR = tuple({str(Near(near.options)): Near(near.options) for near in WIDE}.values())
 
 
 def support_of(options):

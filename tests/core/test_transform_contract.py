@@ -1,7 +1,10 @@
 """The contract every transform keeps: its own states only, any batch shape, dtype-aware checks.
 
 Every factory of the core is listed in ``TRANSFORMS``; each test runs over all
-of them, eagerly and under ``jax.jit`` (``chex.variants``).
+of them, eagerly and under ``jax.jit`` (``chex.variants``). The transforms that
+keep statistics where ``statistics=`` says are crossed with every placement
+(``PLACEABLE``); ``KNOBS`` declares each transform's numeric hyperparameters,
+options near the dtype's limits and flags, which the axes vary.
 """
 
 import dataclasses
