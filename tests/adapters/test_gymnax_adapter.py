@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import itertools
 from typing import Any
 
 import gymnax
@@ -720,3 +721,28 @@ def test_vec_env_refuses_a_single_key_by_name():
     _, states = vec.reset(jax.random.split(jax.random.key(0), 2), params)
     with pytest.raises(ValueError, match=r"VecEnv.step takes one key per environment"):
         vec.step(jax.random.key(1), states, jnp.zeros(2, jnp.int32), params)
+
+
+OBSERVATION_PLACEMENTS: dict[
+    str, dict[str, Any]
+] = {  # NormalizeObservation around a batch of 4 environments
+    "shared": {},
+    "per_env": {"statistics": rn.Statistics(per_env=True)},
+    "tasks": {
+        "statistics": rn.Statistics(num_tasks=3),
+        "task_of": lambda env_state: jnp.arange(4) % 3,
+    },
+}
+
+
+@pytest.mark.parametrize(("own", "other"), list(itertools.permutations(OBSERVATION_PLACEMENTS, 2)))
+def test_observation_reset_refuses_statistics_of_another_placement(own, other):
+    env, params = gymnax.make("Pendulum-v1")
+    keys = jax.random.split(jax.random.key(0), 4)
+    wrapped, source = (
+        rgx.NormalizeObservation(rgx.VecEnv(env), **OBSERVATION_PLACEMENTS[placement])
+        for placement in (own, other)
+    )
+    _, state = jax.eval_shape(source.reset, keys, params)
+    with pytest.raises(ValueError, match=r"stats_from|state(.|\n)*(statistics=|num_tasks=)"):
+        jax.eval_shape(wrapped.reset, keys, params, state.obs_state)

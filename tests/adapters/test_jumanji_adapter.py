@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -272,3 +273,17 @@ def test_normalize_observation_around_the_batch_integer_leaves_pass():
         rnj.get_observation_state(eval_state),
         rnj.get_observation_state(state),
     )
+
+
+@pytest.mark.parametrize(("own", "other"), [("shared", "per_env"), ("per_env", "shared")])
+def test_observation_reset_refuses_statistics_of_another_placement(own, other):
+    base = VmapAutoResetWrapper(jumanji.make("Snake-v1"))
+    keys = jax.random.split(jax.random.PRNGKey(0), 4)
+    placements: dict[str, dict[str, Any]] = {
+        "shared": {},
+        "per_env": {"statistics": rn.Statistics(per_env=True)},
+    }
+    wrapped, source = (rnj.NormalizeObservation(base, **placements[name]) for name in (own, other))
+    state, _ = jax.eval_shape(source.reset, keys)
+    with pytest.raises(ValueError, match=r"stats_from|state(.|\n)*(statistics=|num_tasks=)"):
+        jax.eval_shape(wrapped.reset, keys, stats_from=rnj.get_observation_state(state))

@@ -10,10 +10,20 @@ library's message for an unbound ``axis_name``, empty batches, NaN, inf and
 magnitudes near the dtype's limits, checkpoints; the dtypes are crossed with
 one entry per family. Adding an entry is all a new function needs to be
 covered. (Reward transforms have their registry in ``test_transform_contract``.)
+
+An entry also declares what it takes, and gets the axes that vary it: ``weights``
+(totals past 2**32 and past float32's range against a float64 reference of the
+weighted statistic; traced NaN and negative weights), ``placements`` (a state of
+another placement refused by every function, naming the state),
+``hyperparameters`` and ``near_limits`` (every numeric option near the dtype's
+limits: float64's numbers or the library's error naming it; every one traced:
+it works or is refused by name) and ``flags`` (a non-bool is a TypeError naming
+the flag).
 """
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +35,8 @@ from jax import export
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src.llm.conventions import CONVENTIONS
+from tests import token_reference
+from tests.axes import HUGE, TINY, as_float32, assert_float64, outcome, refused_by_name
 from tests.reference import RunningMeanStd
 
 TOKENS = 5  # tokens per sequence
@@ -51,10 +63,116 @@ class Entry:
     overflows: bool = False
     # Promised finite inputs (finite_observations=True): NaN and inf are outside its contract.
     finite_inputs: bool = False
+    # The axes an entry declares (``build(axis_name, **options)`` takes every option named):
+    # how it takes weights; ``placed(placement) -> (state, calls)`` for each of ``placements``;
+    # its numeric hyperparameters (name: a valid value) and option sets near the dtype's
+    # limits; its boolean flags.
+    weights: "Weighted | None" = None
+    placements: tuple[str, ...] = ()
+    placed: Callable | None = None
+    hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
+    near_limits: tuple["Near", ...] = ()
+    flags: tuple[str, ...] = ()
 
     @property
     def stateful(self) -> bool:
         return self.build(None)[1] is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Weighted:
+    """How an entry takes weights (or a mask of weights), and the float64 statistic they weigh.
+
+    ``run(state, weights, *inputs)`` gives the outputs to check; ``reference(state,
+    weights, *inputs)`` the same in float64 NumPy; ``base(*inputs)`` weights of 1 (and 0
+    where the entry's own mask leaves a position out), scaled by every case. A traced
+    weight that is NaN or negative makes the outputs NaN, or, with ``left_out``, leaves
+    its entry out as a weight of 0 would (the documented rule of statistics states).
+    """
+
+    run: Callable
+    reference: Callable
+    base: Callable
+    left_out: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Near:
+    """Options near the dtype's limits; ``magnitude``: the first input's, to go with them."""
+
+    options: dict[str, Any]
+    magnitude: float | None = None
+
+    def __str__(self):
+        named = ",".join(f"{key}={value!r}" for key, value in self.options.items())
+        return named if self.magnitude is None else f"{named};inputs={self.magnitude:g}"
+
+
+def exact_whiten(values, weights):
+    """Frequency weights: the weighted mean, the variance with ddof 1 of the total weight."""
+    values, total = np.asarray(values, np.float64), weights.sum()
+    mean = (weights * values).sum() / total
+    var = (weights * (values - mean) ** 2).sum() / (total - 1)
+    return (values - mean) / np.sqrt(var)
+
+
+WHITEN_REFERENCES = {
+    "exact": exact_whiten,
+    "verl": token_reference.verl_masked_whiten,
+    "tunix": token_reference.tunix_masked_whiten,
+    "openrlhf": token_reference.openrlhf_whiten,
+}
+
+
+def kl_reference(estimator, convention, log_ratio):
+    """Float64: the estimate of a log ratio already weighted (``+``: the value of its base)."""
+    name = estimator.rstrip("+")
+    if convention == "verl":
+        return token_reference.verl_kl(log_ratio, np.zeros_like(log_ratio), name)
+    if convention == "openrlhf":
+        return token_reference.openrlhf_kl(log_ratio, np.zeros_like(log_ratio), name)
+    estimates = {"k1": log_ratio, "abs": np.abs(log_ratio), "k2": log_ratio**2 / 2}
+    if name == "k3":
+        with np.errstate(over="ignore"):
+            return np.expm1(-log_ratio) + log_ratio
+    return estimates[name]
+
+
+def _is_stats(node):
+    return isinstance(node, rn.RunningStats)
+
+
+def _observation_weights(observations):
+    """Weights 1, 2, 1, ... of the observations' batch."""
+    batch = jax.tree.leaves(observations)[0].shape[0]
+    return np.where(np.arange(batch) % 2, 2.0, 1.0).astype(np.float32)
+
+
+def observation_reference(config, leaf, weights):
+    """Float64: a weighted batch joining the initial statistics, and the step's output.
+
+    The batch's weighted mean and variance join the prior (``prior_count`` samples of
+    mean 0 and variance 1) as ``round(W)`` samples (Chan's merge); the output is
+    ``clip((x - mean) / clip(sqrt(var + epsilon), std_min, std_max), -clip, clip)`` with
+    the statistics before the update (``normalize_first``) or after.
+    """
+    x, w = np.asarray(leaf, np.float64), np.asarray(weights, np.float64)
+    w = w.reshape(w.shape + (1,) * (x.ndim - 1))
+    total = w.sum()
+    batch_mean = (w * x).sum(0) / total
+    batch_var = (w * (x - batch_mean) ** 2).sum(0) / total
+    prior, count = config.prior_count, np.round(total)
+    mean = batch_mean * count / (prior + count)
+    var = (prior + batch_var * count + batch_mean**2 * prior * count / (prior + count)) / (
+        prior + count
+    )
+    used_mean, used_var = (0.0, 1.0) if config.normalize_first else (mean, var)
+    std = np.sqrt(used_var + config.epsilon)
+    std = np.clip(std, config.std_min or 0.0, config.std_max or np.inf)
+    out = (x - used_mean) / std
+    if config.clip is not None:
+        out = np.clip(out, -config.clip, config.clip)
+    return out, (mean, var)
 
 
 def _rewards(rng, batch, functions=0):
@@ -69,10 +187,11 @@ def group(estimator, convention="exact", ragged=False, **levels):
     if estimator == "normalized":
         levels = levels or LEVELS
 
-    def build(axis_name):
+    def build(axis_name, **options):
         layout: dict[str, Any] = {"num_groups": 4} if ragged else {"group_size": 4}
         if ragged and axis_name is not None:
             layout["groups_span_devices"] = True
+        layout.update(options)
         est = rn.group_advantages(
             estimator, convention=convention, axis_name=axis_name, **layout, **levels
         )
@@ -94,7 +213,25 @@ def group(estimator, convention="exact", ragged=False, **levels):
         ids = (np.arange(batch) % 4).astype(np.int32)
         return rewards, ids, rng.uniform(1, 10, batch).astype(np.float32)
 
-    return Entry(build, inputs, "llm", unit=1 if ragged else 4)
+    size = "num_groups" if ragged else "group_size"
+    hyperparameters: dict[str, Any] = {size: 4}
+    near: list[Near] = [] if ragged else [Near({size: 2**31 - 1})]  # num_groups sizes arrays
+    if estimator == "gdpo":
+        hyperparameters["reward_weights"] = (1.0, 0.5)
+        near.append(Near({"reward_weights": (HUGE, HUGE)}))
+    if estimator == "gpg":
+        hyperparameters["f_norm"] = 1.0
+        near += [Near({"f_norm": HUGE}), Near({"f_norm": TINY})]
+    flags = ("standardize_batch", "groups_span_devices") if ragged else ("standardize_batch",)
+    return Entry(
+        build,
+        inputs,
+        "llm",
+        unit=1 if ragged else 4,
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+        flags=flags,
+    )
 
 
 def _token_inputs(rng, batch):
@@ -105,9 +242,12 @@ def _token_inputs(rng, batch):
 
 
 def whiten(convention):
-    def build(axis_name):
+    def build(axis_name, **options):
         def run(state, values, mask):
-            return rn.masked_whiten(values, mask, convention=convention, axis_name=axis_name), state
+            out = rn.masked_whiten(
+                values, mask, convention=convention, axis_name=axis_name, **options
+            )
+            return out, state
 
         return run, None
 
@@ -115,20 +255,55 @@ def whiten(convention):
         logp, _, mask = _token_inputs(rng, batch)
         return logp, mask
 
-    return Entry(build, inputs, "llm")
+    def weighted(state, weights, values, mask):
+        return rn.masked_whiten(values, weights, convention=convention)
+
+    def reference(state, weights, values, mask):
+        out = WHITEN_REFERENCES[convention](values, weights)
+        return np.where(weights > 0, out, 0.0)
+
+    weights = Weighted(weighted, reference, lambda values, mask: mask.astype(np.float32))
+    return Entry(build, inputs, "llm", weights=weights, flags=("shift_mean",))
 
 
 def kl(estimator, convention="exact", penalized=False):
-    def build(axis_name):
+    def build(axis_name, **options):
         def run(state, logp, ref, mask):
-            named = {"estimator": estimator, "convention": convention}
+            named = {"estimator": estimator, "convention": convention, **options}
             if penalized:  # the rewards are the first input: the gradient is in them
-                return rn.kl_penalized_rewards(logp, logp, ref, mask, beta=0.1, **named), state
+                named.setdefault("beta", 0.1)
+                return rn.kl_penalized_rewards(logp, logp, ref, mask, **named), state
             return rn.kl_estimate(logp, ref, mask, **named), state
 
         return run, None
 
-    return Entry(build, _token_inputs, "llm", differentiable=True, axis=False, overflows=True)
+    def weighted(state, weights, logp, ref, mask):
+        return build(None)[0](state, logp, ref, weights)[0]
+
+    def reference(state, weights, logp, ref, mask):
+        log_ratio = logp - ref.astype(np.float64)
+        if convention == "openrlhf":  # the weight multiplies the log ratio, the others' estimate
+            estimate = kl_reference(estimator, convention, weights * log_ratio)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                estimate = np.where(
+                    weights > 0, weights * kl_reference(estimator, convention, log_ratio), 0.0
+                )
+        return logp - 0.1 * estimate if penalized else estimate
+
+    hyperparameters = {"clip": 5.0, **({"beta": 0.1} if penalized else {})}
+    near = [Near({name: value}) for name in hyperparameters for value in (HUGE, TINY)]
+    return Entry(
+        build,
+        _token_inputs,
+        "llm",
+        differentiable=True,
+        axis=False,
+        overflows=True,
+        weights=Weighted(weighted, reference, lambda logp, ref, mask: mask.astype(np.float32)),
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+    )
 
 
 def aggregation(mode, convention="exact"):
@@ -147,19 +322,35 @@ def aggregation(mode, convention="exact"):
 
 
 def overlong(convention):
-    def build(axis_name):
+    def build(axis_name, **options):
         def run(state, lengths):
-            out = rn.overlong_penalty(
-                lengths, max_length=10, buffer_length=4, convention=convention
-            )
-            return out, state
+            named = {"max_length": 10, "buffer_length": 4, **options}
+            return rn.overlong_penalty(lengths, convention=convention, **named), state
 
         return run, None
 
     def inputs(rng, batch):
         return (rng.integers(0, 14, batch).astype(np.float32),)
 
-    return Entry(build, inputs, "llm", axis=False)
+    hyperparameters = {"max_length": 10.0, "buffer_length": 4.0, "penalty_factor": 1.0}
+    near = (
+        Near({"max_length": HUGE}, magnitude=HUGE),
+        Near({"max_length": HUGE, "buffer_length": HUGE}, magnitude=HUGE),
+        Near({"buffer_length": TINY}),
+        Near({"penalty_factor": HUGE}),
+        Near({"penalty_factor": TINY}),
+    )
+    return Entry(
+        build, inputs, "llm", axis=False, hyperparameters=hyperparameters, near_limits=near
+    )
+
+
+PLACEMENTS = {  # where a stateful entry keeps its statistics, for 4 environments of 3 tasks
+    "shared": rn.Statistics(),
+    "per_env": rn.Statistics(per_env=True),
+    "tasks": rn.Statistics(num_tasks=3),
+}
+PLACED_TASKS = np.array([0, 1, 2, 0], np.int32)
 
 
 def observations(preset, tree=False, **options):
@@ -168,8 +359,8 @@ def observations(preset, tree=False, **options):
         leaf = np.zeros((*lead, 3), np.float32)
         return {"pos": leaf, "speed": np.zeros(lead, np.float32)} if tree else leaf
 
-    def build(axis_name):
-        norm = rn.normalize_observation(preset, axis_name=axis_name, **options)
+    def build(axis_name, **extra):
+        norm = rn.normalize_observation(preset, axis_name=axis_name, **options, **extra)
         return norm.step, norm.init(example())
 
     def inputs(rng, batch):
@@ -178,13 +369,61 @@ def observations(preset, tree=False, **options):
             return ({"pos": leaf, "speed": rng.normal(0, 1, batch).astype(np.float32)},)
         return (leaf,)
 
+    def placed(placement):
+        norm = rn.normalize_observation(preset, statistics=PLACEMENTS[placement], **options)
+        task = {"task": PLACED_TASKS} if placement == "tasks" else {}
+        batch = example(4)
+        calls = {
+            "step": lambda state: norm.step(state, batch, **task),
+            "update": lambda state: norm.update(state, batch, **task),
+            "apply": lambda state: norm.apply(state, batch, **task),
+        }
+        return norm.init(example(), (4,)), calls
+
+    def weighted(state, weights, observations):
+        norm = rn.normalize_observation(preset, **options)
+        out, state = norm.step(state, observations, weights=weights)
+        return out, jax.tree.map(
+            lambda s: (s.mean + s.mean_low, s.var), state.stats, is_leaf=_is_stats
+        )
+
+    def reference(state, weights, observations):
+        config = rn.normalize_observation(preset, **options).config
+        pairs = [
+            observation_reference(config, leaf, weights) for leaf in jax.tree.leaves(observations)
+        ]
+        outs, stats = zip(*pairs, strict=True)
+        return jax.tree.unflatten(jax.tree.structure(observations), outs), jax.tree.unflatten(
+            jax.tree.structure(observations), stats
+        )
+
+    config = rn.normalize_observation(preset).config
+    hyperparameters: dict[str, Any] = {"epsilon": config.epsilon, "prior_count": config.prior_count}
+    near = [Near({"epsilon": TINY}), Near({"epsilon": HUGE}), Near({"prior_count": HUGE})]
+    hyperparameters["clip"] = 10.0 if config.clip is None else config.clip
+    near += [Near({"clip": TINY}), Near({"clip": HUGE})]
+    if config.std_min is not None:
+        hyperparameters.update(std_min=config.std_min, std_max=config.std_max)
+        near += [Near({"std_min": TINY}), Near({"std_max": HUGE})]
     finite_inputs = options.get("finite_observations", False)
-    return Entry(build, inputs, "observation", differentiable=True, finite_inputs=finite_inputs)
+    return Entry(
+        build,
+        inputs,
+        "observation",
+        differentiable=True,
+        finite_inputs=finite_inputs,
+        weights=Weighted(weighted, reference, _observation_weights, left_out=True),
+        placements=tuple(PLACEMENTS),
+        placed=placed,
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+        flags=("finite_observations",),
+    )
 
 
 def popart_entry():
-    def build(axis_name):
-        art = rn.popart(None, axis_name=axis_name)
+    def build(axis_name, step_size=None, **options):
+        art = rn.popart(step_size, axis_name=axis_name, **options)
 
         def run(state, targets):
             state = art.update(state, targets)
@@ -192,18 +431,77 @@ def popart_entry():
 
         return run, art.init()
 
-    return Entry(build, lambda rng, batch: (_rewards(rng, batch),), "value", differentiable=True)
+    def placed(placement):
+        art = rn.popart(None, num_tasks=PLACEMENTS[placement].num_tasks)
+        targets, task = np.ones(4, np.float32), PLACED_TASKS if placement == "tasks" else None
+        calls = {
+            "update": lambda state: art.update(state, targets, task),
+            "normalize": lambda state: art.normalize(state, targets, task),
+        }
+        return art.init(), calls
+
+    hyperparameters = {"step_size": 0.01, "scale_lb": 1e-5, "scale_ub": 1e5}
+    near = (
+        Near({"step_size": TINY}),
+        Near({"step_size": 1.0}),
+        Near({"scale_lb": TINY}),
+        Near({"scale_ub": HUGE}),
+        Near({"scale_lb": HUGE, "scale_ub": HUGE}),
+    )
+    return Entry(
+        build,
+        lambda rng, batch: (_rewards(rng, batch),),
+        "value",
+        differentiable=True,
+        placements=("shared", "tasks"),
+        placed=placed,
+        hyperparameters=hyperparameters,
+        near_limits=near,
+    )
 
 
 SUPPORT = rn.uniform_support(-5.0, 5.0, ATOMS)
+SUPPORT_BOUNDS = {"lower": -5.0, "upper": 5.0}
+WIDE = (  # supports whose bounds are near the dtype's limits, and targets of their magnitude
+    Near({"lower": -HUGE, "upper": HUGE}, magnitude=HUGE),
+    Near({"lower": -HUGE, "upper": HUGE}, magnitude=HUGE / 2),
+    Near({"lower": -HUGE}, magnitude=HUGE),
+    Near({"upper": HUGE}, magnitude=HUGE),
+    Near({"lower": -TINY, "upper": TINY}, magnitude=TINY),
+)
+
+
+# The decoders' and the projection's inputs are probabilities (or logits): kept as they are.
+SUPPORTS_NEAR = tuple({str(Near(near.options)): Near(near.options) for near in WIDE}.values())
+
+
+def support_of(options):
+    """The support of the options' bounds (``SUPPORT`` when they name none)."""
+    if not options.keys() & SUPPORT_BOUNDS.keys():
+        return SUPPORT, options
+    bounds = {key: options.pop(key, value) for key, value in SUPPORT_BOUNDS.items()}
+    return rn.uniform_support(bounds["lower"], bounds["upper"], ATOMS), options
 
 
 def encoder(name):
-    def build(axis_name):
+    def build(axis_name, **options):
+        support, options = support_of(dict(options))
         encode = {"two_hot": rn.two_hot, "hl_gauss": rn.hl_gauss}[name]
-        return (lambda state, targets: (encode(targets, SUPPORT), state)), None
+        return (lambda state, targets: (encode(targets, support, **options), state)), None
 
-    return Entry(build, lambda rng, batch: (_rewards(rng, batch),), "value", axis=False)
+    hyperparameters, near = dict(SUPPORT_BOUNDS), list(WIDE)
+    if name == "hl_gauss":
+        hyperparameters["sigma_ratio"] = 0.75
+        near += [Near({name: value}) for name in ("sigma", "sigma_ratio") for value in (TINY, HUGE)]
+        near += [Near({"sigma": 0.75})]
+    return Entry(
+        build,
+        lambda rng, batch: (_rewards(rng, batch),),
+        "value",
+        axis=False,
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+    )
 
 
 def _logits(rng, batch):
@@ -211,11 +509,18 @@ def _logits(rng, batch):
 
 
 def decoder():
-    def build(axis_name):
-        return (lambda state, logits: (rn.decode_logits(logits, SUPPORT), state)), None
+    def build(axis_name, **options):
+        support, _ = support_of(dict(options))
+        return (lambda state, logits: (rn.decode_logits(logits, support), state)), None
 
     return Entry(
-        build, lambda rng, batch: (_logits(rng, batch),), "value", differentiable=True, axis=False
+        build,
+        lambda rng, batch: (_logits(rng, batch),),
+        "value",
+        differentiable=True,
+        axis=False,
+        hyperparameters=dict(SUPPORT_BOUNDS),
+        near_limits=SUPPORTS_NEAR,
     )
 
 
@@ -229,7 +534,20 @@ def cross_entropy():
     def inputs(rng, batch):
         return _logits(rng, batch), np.asarray(jax.nn.softmax(_logits(rng, batch)))
 
-    return Entry(build, inputs, "value", differentiable=True, axis=False)
+    def weighted(state, weights, logits, targets):
+        return rn.categorical_cross_entropy(logits, targets, weights=weights)  # the mean
+
+    def reference(state, weights, logits, targets):
+        logits = np.asarray(logits, np.float64)
+        shifted = logits - logits.max(-1, keepdims=True)
+        log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        losses = -(targets * log_softmax).sum(-1)
+        return (weights * losses).sum() / weights.sum()
+
+    weights = Weighted(
+        weighted, reference, lambda logits, targets: np.ones(len(logits), np.float32)
+    )
+    return Entry(build, inputs, "value", differentiable=True, axis=False, weights=weights)
 
 
 def weighted_cross_entropy():
@@ -249,9 +567,11 @@ def weighted_cross_entropy():
 
 
 def projection():
-    def build(axis_name):
+    def build(axis_name, **options):
+        support, _ = support_of(dict(options))
+
         def run(state, probs, rewards, discounts):
-            out = rn.categorical_projection(probs, SUPPORT, rewards=rewards, discounts=discounts)
+            out = rn.categorical_projection(probs, support, rewards=rewards, discounts=discounts)
             return out, state
 
         return run, None
@@ -260,7 +580,14 @@ def projection():
         probs = np.asarray(jax.nn.softmax(_logits(rng, batch)))
         return probs, _rewards(rng, batch), rng.choice([0.0, 0.99], batch).astype(np.float32)
 
-    return Entry(build, inputs, "value", axis=False)
+    return Entry(
+        build,
+        inputs,
+        "value",
+        axis=False,
+        hyperparameters=dict(SUPPORT_BOUNDS),
+        near_limits=SUPPORTS_NEAR,
+    )
 
 
 SCALED_GAMMA, SCALED_MULTIPLE, SCALED_WARMUP = 0.9, 1.5, 4  # warm-up: the shared support's
@@ -280,13 +607,14 @@ def scaled(statistic, num_tasks=None):
         {"space": "symlog", "warmup": SCALED_WARMUP} if shared else {"num_tasks": num_tasks}
     )
 
-    def build(axis_name):
+    def build(axis_name, **extra):
         statistics = rn.Statistics() if shared else rn.Statistics(num_tasks=num_tasks)
         g_max = 10.0 if statistic == "ret_abs_max" else None
         rewards = rn.normalize_reward(
             SCALED_GAMMA, g_max=g_max, statistics=statistics, axis_name=axis_name
         )
-        support = rn.scaled_support(ATOMS, statistic=statistic, multiple=SCALED_MULTIPLE, **options)
+        named = {"multiple": SCALED_MULTIPLE, **options, **extra}
+        support = rn.scaled_support(ATOMS, statistic=statistic, **named)
 
         def step(state, inputs):
             reward_state, support_state = state
@@ -307,7 +635,39 @@ def scaled(statistic, num_tasks=None):
         rewards = _rewards(rng, batch) * 10
         return (rewards,) if shared else (rewards, (np.arange(batch) % num_tasks).astype(np.int32))
 
-    return Entry(build, inputs, "value", differentiable=True)
+    def placed(placement):
+        """The support of this entry's placement, over reward states of any placement."""
+        support = rn.scaled_support(
+            ATOMS, statistic="std", num_tasks=PLACEMENTS[placement].num_tasks
+        )
+        task = PLACED_TASKS[:1] if placement == "tasks" else None
+        reward_state = rn.normalize_reward(statistics=PLACEMENTS[placement]).init((4,))
+        calls = {
+            "update": lambda state: support.update(state[0], reward_state),
+            "update(reward_state)": lambda state: support.update(support.init(), state[1]),
+            "support": lambda state: support.support(state[0], task),
+        }
+        other = rn.normalize_reward(statistics=PLACEMENTS[placement]).init((4,))
+        return (support.init(), other), calls
+
+    hyperparameters: dict[str, Any] = {"multiple": SCALED_MULTIPLE, "minimum": 1.0}
+    # A multiple of 3e38 raises the bound to the float32 cap (half the largest number, so
+    # that the support's width fits), which float64 does not have: 1e37 stays below it.
+    near = [Near({"multiple": TINY}), Near({"multiple": 1e37})]
+    near += [Near({"minimum": TINY}), Near({"minimum": HUGE})]
+    if shared:
+        hyperparameters["warmup"] = SCALED_WARMUP
+        near.append(Near({"warmup": 2**31 - 1}))
+    return Entry(
+        build,
+        inputs,
+        "value",
+        differentiable=True,
+        placements=("shared", "tasks"),
+        placed=placed,
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+    )
 
 
 ENTRIES = {
@@ -606,3 +966,128 @@ def test_scaled_support_entries_follow_a_float64_reference(name):
     np.testing.assert_allclose(np.reshape(support_state.bound, -1), bound, rtol=1e-5)
     np.testing.assert_allclose(np.concatenate([o for o, _ in outs]), normalized, rtol=1e-5)
     np.testing.assert_allclose(np.concatenate([t for _, t in outs]), targets, atol=1e-5)
+
+
+# The axes: weights, placements, hyperparameters near the dtype's limits, traced
+# hyperparameters, flags. Each entry declares what it has (``Entry``). The weights share
+# one program per entry (``weighted_program``); the options near the limits run operation
+# by operation, each operation compiled once for every case.
+WEIGHTED = [name for name, entry in ENTRIES.items() if entry.weights]
+TOTALS = (1.0, 3e9, 1e20, HUGE)  # every weight of a batch times these: totals past 2**32, inf
+
+
+@functools.cache
+def weighted_program(name):
+    return jax.jit(ENTRIES[name].weights.run)
+
+
+@pytest.mark.parametrize("scale", TOTALS, ids=lambda scale: f"{scale:g}")
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_weights_of_any_total_give_the_float64_weighted_statistic(name, scale):
+    weighted, (_, state, _) = ENTRIES[name].weights, compiled(name)
+    inputs = batch_of(name, 2)
+    weights = (weighted.base(*inputs) * np.float32(scale)).astype(np.float32)
+    out = weighted_program(name)(state, weights, *inputs)
+    assert_float64(out, weighted.reference(state, weights.astype(np.float64), *inputs))
+
+
+@pytest.mark.parametrize("bad", [np.nan, -1.0], ids=["nan", "negative"])
+@pytest.mark.parametrize("name", WEIGHTED)
+def test_a_traced_nan_or_negative_weight_gives_nan(name, bad):
+    """NaN where the weight enters; a statistics state leaves its entry out (as weight 0)."""
+    weighted, (_, state, _) = ENTRIES[name].weights, compiled(name)
+    inputs = batch_of(name, 2)
+    weights = weighted.base(*inputs)
+    first = np.flatnonzero(weights)[0]
+    spoiled, zeroed = weights.copy(), weights.copy()
+    spoiled.flat[first], zeroed.flat[first] = bad, 0.0
+    out = weighted_program(name)(state, spoiled, *inputs)
+    if weighted.left_out:
+        assert_float64(out, weighted.reference(state, zeroed.astype(np.float64), *inputs))
+        return
+    for leaf in floating(out):
+        assert np.isnan(leaf).any(), (name, out)
+
+
+PLACED = [
+    (name, own, other, call)
+    for name, entry in ENTRIES.items()
+    for own, other in itertools.permutations(entry.placements, 2)
+    for call in entry.placed(own)[1]
+]
+
+
+@pytest.mark.parametrize(("name", "own", "other", "call"), PLACED)
+def test_a_state_of_another_placement_is_refused_naming_the_state(name, own, other, call):
+    """Shared, per-environment and per-task states: each refused by the others' functions."""
+    entry = ENTRIES[name]
+    state = entry.placed(other)[0]
+    with pytest.raises(ValueError, match=r"(state|statistics)\b(.|\n)*(statistics=|num_tasks=)"):
+        entry.placed(own)[1][call](state)
+
+
+HYPERPARAMETERS = [(name, key) for name in sorted(ENTRIES) for key in ENTRIES[name].hyperparameters]
+NEAR_LIMITS = [(name, near) for name in sorted(ENTRIES) for near in ENTRIES[name].near_limits]
+FLAGS = [(name, flag) for name in sorted(ENTRIES) for flag in ENTRIES[name].flags]
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_every_real_hyperparameter_is_tried_near_the_limits(name):
+    entry = ENTRIES[name]
+    tried = {key for near in entry.near_limits for key in near.options}
+    real = {key for key, value in entry.hyperparameters.items() if not isinstance(value, int)}
+    assert real <= tried <= set(entry.hyperparameters) | {"sigma"}, (name, tried)
+
+
+def run_eagerly(name, inputs, **options):
+    """The entry built with ``options``, run operation by operation."""
+    run, state = ENTRIES[name].build(None, **options)
+    with jax.disable_jit():
+        return run(state, *inputs)[0]
+
+
+@pytest.mark.parametrize(("name", "near"), NEAR_LIMITS, ids=str)
+def test_options_near_the_dtype_limits_give_the_float64_numbers_or_an_error_naming_them(name, near):
+    """Float32 against the same options in float64 (x64), where these magnitudes fit."""
+    options = {**ENTRIES[name].hyperparameters, **as_float32(near.options)}
+    inputs = batch_of(name, 2)
+    if near.magnitude is not None:
+        inputs = hostile(inputs, near.magnitude)
+    out, error = outcome(run_eagerly, name, inputs, **options)
+    if error is not None:
+        assert refused_by_name(error, near.options), error
+        return
+    with jax.enable_x64(True):
+        wide = [
+            np.asarray(x, np.float64) if np.asarray(x).dtype == np.float32 else x for x in inputs
+        ]
+        want = run_eagerly(name, jax.tree.map(np.asarray, wide), **options)
+    assert_float64(out, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("name", "hyperparameter"), HYPERPARAMETERS)
+def test_a_traced_hyperparameter_works_or_is_refused_by_name(name, hyperparameter):
+    entry = ENTRIES[name]
+    valid, inputs = entry.hyperparameters[hyperparameter], batch_of(name, 2)
+
+    def run(value, *inputs):
+        run, state = entry.build(None, **{hyperparameter: value})
+        return run(state, *inputs)
+
+    got, error = outcome(jax.jit(run), jax.tree.map(jnp.asarray, valid), *inputs)
+    if error is not None:
+        assert refused_by_name(error, [hyperparameter]), error
+        return
+    assert_close(got, run(valid, *inputs))
+
+
+def build_and_run(name, **options):
+    run, state = ENTRIES[name].build(None, **options)
+    return run(state, *batch_of(name, 1))
+
+
+@pytest.mark.parametrize("value", ["no", 1], ids=["str", "int"])
+@pytest.mark.parametrize(("name", "flag"), FLAGS)
+def test_a_flag_that_is_not_a_bool_is_a_type_error_naming_it(name, flag, value):
+    with pytest.raises(TypeError, match=rf"\b{flag}\b"):
+        build_and_run(name, **{flag: value})

@@ -1,7 +1,10 @@
 """The contract every transform keeps: its own states only, any batch shape, dtype-aware checks.
 
 Every factory of the core is listed in ``TRANSFORMS``; each test runs over all
-of them, eagerly and under ``jax.jit`` (``chex.variants``).
+of them, eagerly and under ``jax.jit`` (``chex.variants``). The transforms that
+keep statistics where ``statistics=`` says are crossed with every placement
+(``PLACEABLE``); ``KNOBS`` declares each transform's numeric hyperparameters,
+options near the dtype's limits and flags, which the axes vary.
 """
 
 import dataclasses
@@ -19,6 +22,7 @@ from jax.experimental import checkify
 
 import rewardnorm_jax as rn
 from rewardnorm_jax._src.core import base, state_fields
+from tests.axes import HUGE, TINY, as_float32, assert_float64, outcome, refused_by_name
 from tests.streams import jit_scan_steps
 
 NORMALIZERS = {
@@ -379,3 +383,168 @@ def test_a_keyed_chain_takes_ids_of_its_keyed_members_environments():
     reward, state = chained.step(chained.init((3, 2)), jnp.ones((3, 2)), task=ids)
     chex.assert_trees_all_equal(state[0], alone)
     assert reward.shape == (3, 2)
+
+
+# Every transform that keeps statistics where ``statistics=`` says: built for each placement.
+PLACEMENTS = {
+    "shared": rn.Statistics(),
+    "per_env": rn.Statistics(per_env=True),
+    "tasks": rn.Statistics(num_tasks=3),
+}
+PLACEABLE = {
+    "normalize_reward(decay=None, shared=True, g_max=None)": lambda statistics: rn.normalize_reward(
+        statistics=statistics
+    ),
+    "normalize_reward(decay=0.9, shared=False, g_max=10.0)": lambda statistics: rn.normalize_reward(
+        g_max=10.0, statistics=dataclasses.replace(statistics, decay=0.9)
+    ),
+    "center_reward": lambda statistics: rn.center_reward(statistics=statistics),
+    "chain": lambda statistics: rn.chain(
+        rn.check_finite_reward(),
+        rn.normalize_reward(statistics=dataclasses.replace(statistics, decay=0.9)),
+        rn.clip_reward(-2.0, 2.0),
+    ),
+}
+PLACED = [
+    (name, own, other, function)
+    for name in sorted(PLACEABLE)
+    for own, other in itertools.permutations(PLACEMENTS, 2)
+    for function in ("step", "update", "apply")
+]
+
+
+@pytest.mark.parametrize(("name", "own", "other", "function"), PLACED)
+def test_a_state_of_another_placement_is_refused_naming_the_state(name, own, other, function):
+    """Shared, per-environment and per-task states, each refused by the others' functions."""
+    transform = PLACEABLE[name](PLACEMENTS[own])
+    state = PLACEABLE[name](PLACEMENTS[other]).init((4,))
+    task = {"task": jnp.array([0, 1, 2, 0])} if own == "tasks" else {}
+    with pytest.raises(ValueError, match=r"state(.|\n)*statistics="):
+        checked(getattr(transform, function))(state, jnp.ones(4), **task)
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+    """A configured transform's hyperparameters, as the axes vary them.
+
+    ``build(**options)`` gives the transform with ``options`` in place of its own;
+    ``hyperparameters`` are its numeric ones (name: a valid value), ``near_limits``
+    option sets near the dtype's limits, ``flags`` its boolean options.
+    """
+
+    build: Any
+    hyperparameters: dict[str, Any]
+    near_limits: tuple[dict[str, Any], ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+def configured(factory, **own):
+    return lambda **options: factory(**{**own, **options})
+
+
+REWARD_NEAR = ({"gamma": TINY}, {"epsilon": TINY}, {"epsilon": HUGE})
+KNOBS = {
+    "normalize_reward(decay=None, shared=True, g_max=None)": Knobs(
+        rn.normalize_reward, {"gamma": 0.99, "epsilon": 1e-8}, REWARD_NEAR, ("finite_rewards",)
+    ),
+    "normalize_reward(decay=0.9, shared=False, g_max=10.0)": Knobs(
+        configured(
+            rn.normalize_reward, g_max=10.0, statistics=rn.Statistics(per_env=True, decay=0.9)
+        ),
+        {"gamma": 0.99, "epsilon": 1e-8, "g_max": 10.0},
+        (*REWARD_NEAR, {"g_max": TINY}, {"g_max": HUGE}),
+        ("finite_rewards",),
+    ),
+    "percentile_scale_reward": Knobs(
+        configured(rn.percentile_scale_reward, rate=0.5),
+        {"gamma": 0.99, "rate": 0.5, "low": 5.0, "high": 95.0, "limit": 1.0},
+        (
+            {"gamma": TINY},
+            {"rate": TINY},
+            {"low": 0.0, "high": 100.0},
+            {"low": TINY, "high": 100.0 - 1e-5},
+            {"limit": TINY},
+            {"limit": HUGE},
+        ),
+    ),
+    "clip_reward": Knobs(
+        configured(rn.clip_reward, low=-1.0, high=1.0),
+        {"low": -1.0, "high": 1.0},
+        ({"low": -HUGE, "high": HUGE}, {"low": -TINY, "high": TINY}),
+    ),
+    "scale_reward": Knobs(
+        configured(rn.scale_reward, scale=0.5), {"scale": 0.5}, ({"scale": HUGE}, {"scale": TINY})
+    ),
+    "signed_hyperbolic_reward": Knobs(
+        rn.signed_hyperbolic_reward, {"eps": 1e-3}, ({"eps": TINY}, {"eps": HUGE})
+    ),
+    "popart per task": Knobs(
+        configured(rn.popart, step_size=None, num_tasks=3),
+        {"scale_lb": 1e-5, "scale_ub": 1e5},
+        ({"scale_lb": TINY}, {"scale_ub": HUGE}),
+    ),
+}
+REWARDS = np.array([[1.0, -2.0, 30.0, 0.5], [4.0, 0.0, -1.0, 2.0], [3.0, 5.0, -7.0, 1.0]])
+
+
+def stream(transform, dtype):
+    """The outputs of three steps over 4 environments (PopArt: its normalized targets)."""
+    if isinstance(transform, rn.PopArt):
+        state, task = transform.init(), jnp.array([0, 1, 2, 0])
+        outs = []
+        for targets in REWARDS.astype(dtype):
+            state = transform.update(state, targets, task)
+            outs.append(transform.normalize(state, targets, task))
+        return outs
+    state, outs = transform.init((4,)), []
+    for rewards in REWARDS.astype(dtype):
+        out, state = transform.step(state, rewards)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [(name, options) for name in sorted(KNOBS) for options in KNOBS[name].near_limits],
+    ids=str,
+)
+def test_options_near_the_dtype_limits_give_the_float64_numbers_or_an_error_naming_them(
+    name, options
+):
+    """Float32 against the same options in float64 (x64), operation by operation."""
+    knobs, options = KNOBS[name], as_float32(options)
+    with jax.disable_jit():
+        out, error = outcome(lambda: stream(knobs.build(**options), np.float32))
+    if error is not None:
+        assert refused_by_name(error, options), error
+        return
+    with jax.enable_x64(True), jax.disable_jit():
+        want = stream(knobs.build(**options), np.float64)
+    assert_float64(out, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("name", "hyperparameter"),
+    [(name, key) for name in sorted(KNOBS) for key in KNOBS[name].hyperparameters],
+)
+def test_a_traced_hyperparameter_works_or_is_refused_by_name(name, hyperparameter):
+    knobs = KNOBS[name]
+    valid = knobs.hyperparameters[hyperparameter]
+
+    def outputs(value):
+        return stream(knobs.build(**{hyperparameter: value}), np.float32)
+
+    got, error = outcome(jax.jit(outputs), jnp.asarray(valid))
+    if error is not None:
+        assert refused_by_name(error, [hyperparameter]), error
+        return
+    chex.assert_trees_all_close(got, outputs(valid), rtol=1e-6)
+
+
+@pytest.mark.parametrize("value", ["no", 1], ids=["str", "int"])
+@pytest.mark.parametrize(
+    ("name", "flag"), [(name, flag) for name in sorted(KNOBS) for flag in KNOBS[name].flags]
+)
+def test_a_flag_that_is_not_a_bool_is_a_type_error_naming_it(name, flag, value):
+    with pytest.raises(TypeError, match=rf"\b{flag}\b"):
+        KNOBS[name].build(**{flag: value})
