@@ -147,16 +147,25 @@ def test_every_aggregation_mode_equals_tunix_own_aggregate_loss():
     mask = (np.arange(12) < rng.integers(1, 13, (6, 1))).astype(np.int32)
     mask[2] = 0  # an empty response
     aggregate = rnt.tunix_aggregator()
-    for batch_mask in (mask, np.zeros_like(mask)):  # and no tokens at all: 0 in every mode
-        for mode in TUNIX_MODES:
-            for norm in ({}, {"norm": 20.0}):
-                theirs, scale = (
-                    common.aggregate_loss(jnp.asarray(x), jnp.asarray(batch_mask), mode, **norm)
-                    for x in (losses, np.abs(losses))
+
+    @jax.jit
+    def every_mode(losses, mask):  # the library's, Tunix's, and Tunix's of |x|
+        return jnp.array(
+            [
+                (
+                    aggregate(losses, mask, installed_mode(mode, **norm), **norm),
+                    common.aggregate_loss(losses, mask, mode, **norm),
+                    common.aggregate_loss(jnp.abs(losses), mask, mode, **norm),
                 )
-                ours = aggregate(losses, batch_mask, installed_mode(mode, **norm), **norm)
-                # Both in float32: within 2e-6 of the aggregation of |x|.
-                assert abs(ours - theirs) <= 2e-6 * scale, (mode, norm, ours, theirs)
+                for mode in TUNIX_MODES
+                for norm in ({}, {"norm": 20.0})
+            ]
+        )
+
+    for batch_mask in (mask, np.zeros_like(mask)):  # and no tokens at all: 0 in every mode
+        values = np.asarray(every_mode(losses, batch_mask))
+        # Both in float32: within 2e-6 of the aggregation of |x|.
+        assert np.all(np.abs(values[:, 0] - values[:, 1]) <= 2e-6 * values[:, 2]), values
     with pytest.raises(ValueError, match="packed sequences"):
         aggregate(losses, mask, "token-mean", segment_ids=mask)
     with pytest.raises(ValueError, match="convention should be one of 'exact', 'verl'"):
@@ -244,14 +253,25 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
     assert called == [4, 4]  # the library's estimator, once per step
     assert set(modes) == {"sequence-mean-token-mean"}  # GRPOConfig's, through the library
     assert recorded  # the learner's per-token losses (policy, KL, entropy) and their loss
+
+    @jax.jit
+    def every_mode(losses, mask):  # the library's, Tunix's, and Tunix's of |x|
+        return jnp.array(
+            [
+                (
+                    ours(losses, mask, installed_mode(mode)),
+                    tunix_aggregate(losses, mask, mode),
+                    tunix_aggregate(jnp.abs(losses), mask, mode),
+                )
+                for mode in TUNIX_MODES
+            ]
+        )
+
     for losses, mask, loss in recorded:
-        learner_mode = "sequence-mean-token-mean"
-        scale = ours(np.abs(losses), mask, learner_mode)
-        assert abs(loss - ours(losses, mask, learner_mode)) <= 1e-6 * scale  # compiled, eager
-        for mode in TUNIX_MODES:
-            theirs, scale = (tunix_aggregate(x, mask, mode) for x in (losses, np.abs(losses)))
-            ours_value = ours(losses, mask, installed_mode(mode))
-            assert abs(ours_value - theirs) <= 2e-6 * scale, (mode, ours_value, theirs)
+        values = np.asarray(every_mode(losses, mask))
+        assert np.all(np.abs(values[:, 0] - values[:, 1]) <= 2e-6 * values[:, 2]), values
+        learner = values[TUNIX_MODES.index("sequence-mean-token-mean")]
+        assert abs(loss - learner[0]) <= 1e-6 * learner[2]  # the learner's loss, the library's
     assert len(seen) == 2  # two steps, each with its batch of 2 prompts x 4 answers
     for rewards, advantages in seen:
         assert rewards.shape == advantages.shape == (8,)
