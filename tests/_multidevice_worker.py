@@ -750,8 +750,8 @@ def aggregation_runs() -> dict:
     for dtype in ("float32", "float64"):
         with jax.enable_x64(dtype == "float64"):
             x, m = losses.astype(dtype), mask.astype(dtype)
-            want, want_gradient = aggregation.program()(x, m)
-            scale = np.asarray(aggregation.program()(np.abs(clean).astype(dtype), m)[0])
+            want, want_gradient = aggregation.program(x, m)
+            scale = np.asarray(aggregation.program(np.abs(clean).astype(dtype), m)[0])
             runs = {}
             for parts in (2, 8):
                 mesh = Mesh(np.array(jax.devices()[:parts]), ("device",))

@@ -5,7 +5,7 @@ from collections.abc import Callable
 import jax
 
 from rewardnorm_jax._src.core import checks
-from rewardnorm_jax._src.llm.aggregation import AGGREGATIONS, aggregate_loss
+from rewardnorm_jax._src.llm import AGGREGATIONS, aggregate_loss
 
 
 def tunix_aggregator(convention: str = "tunix") -> Callable[..., jax.Array]:

@@ -6,6 +6,7 @@ in float64. Every mode of every convention runs in one compiled program (the
 values, and their gradients in the losses), shared by the tests.
 """
 
+import contextlib
 import functools
 import re
 
@@ -23,6 +24,11 @@ COUNTED = [(c, m) for c, m in MODES if AGGREGATIONS[c].modes[m].count != "one"]
 LENGTHY = [(c, m) for c, m in MODES if AGGREGATIONS[c].modes[m].length]
 TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
 ROWS, TOKENS = 8, 24
+
+
+def x64(dtype):
+    """float64 for ``"float64"``; float32 in the default configuration (its compiled programs)."""
+    return jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext()
 
 
 def batch(seed=0, weighted=False):
@@ -59,13 +65,18 @@ def every_count(mask, axis_name=None):
     )
 
 
-@functools.cache
-def program(length=None):
-    """Every mode's loss, and its gradient in the losses: one compiled program per length."""
-    value = functools.partial(every_mode, length=length)
-    return jax.jit(
-        lambda x, m, count=None: (value(x, m, count=count), jax.jacrev(value)(x, m, count=count))
-    )
+def program(losses, mask, length=float(TOKENS), count=None):
+    """Every mode's loss, and its gradient in the losses: compiled once per dtype and shape.
+
+    ``length`` is passed on traced, so that every value of it shares the compiled program.
+    """
+    return _program(losses, mask, length, count)
+
+
+@jax.jit
+def _program(losses, mask, length, count):
+    value = functools.partial(every_mode, length=length, count=count)
+    return value(losses, mask), jax.jacrev(value)(losses, mask)
 
 
 @functools.cache
@@ -99,9 +110,9 @@ def assert_within(got, want, scale, tolerance):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_mode_equals_its_trainer_and_its_gradient_is_the_trainers_weighting(dtype, weighted):
     losses, mask, clean = batch(weighted=weighted)
-    with jax.enable_x64(dtype == "float64"):
-        for length in (None, TOKENS + 8):  # L: the mask's last dimension, or a longer limit
-            got, gradient = program(length)(losses.astype(dtype), mask.astype(dtype))
+    with x64(dtype):
+        for length in (TOKENS, TOKENS + 8):  # L: the mask's last dimension, or a longer limit
+            got, gradient = program(losses.astype(dtype), mask.astype(dtype), float(length))
             assert got.dtype == dtype
             want, scale = references(clean, mask, length)
             assert_within(got, want, scale, TOLERANCE[dtype])
@@ -154,6 +165,15 @@ def test_each_convention_reads_the_trainers_options_as_its_own():
                 losses, mask, "sequence-mean-token-scale", convention="tunix", length=30
             ),
         ),
+        # L defaults to the mask's last dimension, as verl's loss_scale_factor and Tunix's norm.
+        (
+            reference.verl_agg_loss(clean, mask, "seq-mean-token-sum-norm"),
+            rn.aggregate_loss(losses, mask, "seq-mean-token-sum-norm", convention="verl"),
+        ),
+        (
+            reference.tunix_aggregate_loss(clean, mask, "sequence-mean-token-scale"),
+            rn.aggregate_loss(losses, mask, "sequence-mean-token-scale", convention="tunix"),
+        ),
         # Tunix 0.1.7's sequence-mean-token-sum-norm divides by the non-empty rows.
         (
             reference.tunix_017_aggregate_loss(clean, mask, "sequence-mean-token-sum-norm"),
@@ -181,8 +201,8 @@ def test_an_empty_response_counts_in_the_rows_not_in_the_sequences():
 
 def test_no_tokens_gives_each_trainers_number():
     losses, _, _ = batch(seed=3)
-    mask = np.zeros((ROWS, TOKENS), bool)
-    got, gradient = program()(losses, mask)
+    mask = np.zeros((ROWS, TOKENS), np.float32)
+    got, gradient = program(losses, mask)
     want, _ = references(np.zeros_like(losses), mask)
     np.testing.assert_array_equal(got, want)  # NaN where the trainer divides 0 by 0
     for index, (convention, mode) in enumerate(MODES):
@@ -196,15 +216,15 @@ def test_no_tokens_gives_each_trainers_number():
 def test_micro_batches_with_the_accumulated_count_sum_to_the_whole_batch(dtype):
     losses, mask, _ = batch(seed=4, weighted=True)
     parts = 4
-    with jax.enable_x64(dtype == "float64"):
+    with x64(dtype):
         losses, mask = losses.astype(dtype), mask.astype(dtype)
-        whole, whole_gradient = program()(losses, mask)
+        whole, whole_gradient = program(losses, mask)
         micro = list(zip(np.split(losses, parts), np.split(mask, parts), strict=True))
         count = sum(jax.jit(every_count)(m) for _, m in micro)  # first, over every micro-batch
-        runs = [program()(x, m, count) for x, m in micro]
+        runs = [program(x, m, count=count) for x, m in micro]
         total = sum(value for value, _ in runs)
         gradient = np.concatenate([g for _, g in runs], axis=1)
-    scale = np.asarray(program()(np.abs(np.nan_to_num(losses, posinf=0, neginf=0)), mask)[0])
+    scale = np.asarray(program(np.abs(np.nan_to_num(losses, posinf=0, neginf=0)), mask)[0])
     assert_within(total, whole, scale, TOLERANCE[dtype])
     np.testing.assert_allclose(gradient, whole_gradient, rtol=TOLERANCE[dtype], atol=0)
 
@@ -220,35 +240,30 @@ def test_trl_over_processes_and_accumulation_steps_equals_the_whole_batch():
     ]  # micro-batch k of step k // 2 on process k % 2
 
     def trl(loss_type, **options):
-        per_step = [
-            np.mean([reference.trl_loss(x, m, loss_type, **options) for x, m in pieces[s::steps]])
+        """The steps' sum of the processes' mean of TRL's micro-batch losses."""
+        cut = (lambda x: x[:, :1]) if loss_type == "luspo" else (lambda x: x)  # per sequence
+        return sum(
+            np.mean(
+                [reference.trl_loss(cut(x), m, loss_type, **options) for x, m in pieces[s::steps]]
+            )
             for s in range(steps)
-        ]
-        return sum(per_step)
+        )
 
     ga = {"gradient_accumulation_steps": steps}
     cases = {
         "dapo": trl("dapo", num_items_in_batch=tokens, num_processes=processes),
         "grpo": trl("grpo", **ga),
         "dr_grpo": trl("dr_grpo", max_completion_length=length, **ga),
-        "luspo": None,
+        "luspo": trl("luspo", **ga),
     }
     for loss_type, want in cases.items():
         x = losses[:, :1] if loss_type == "luspo" else losses
-        if loss_type == "luspo":
-            want = sum(
-                np.mean(
-                    [reference.trl_loss(c[:, :1], m, "luspo", **ga) for c, m in pieces[s::steps]]
-                )
-                for s in range(steps)
-            )
         named = {"length": length} if loss_type == "dr_grpo" else {}
         got = rn.aggregate_loss(x, mask, loss_type, convention="trl", **named)
         np.testing.assert_allclose(float(got), want, rtol=1e-6, err_msg=loss_type)
     # bnpo divides each micro-batch by its own tokens: the mean of the micro-batches' losses.
-    want = trl("bnpo", **ga)
-    got = np.mean([rn.aggregate_loss(x, m, "bnpo", convention="trl") for x, m in pieces])
-    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+    micro_mean = np.mean([rn.aggregate_loss(x, m, "bnpo", convention="trl") for x, m in pieces])
+    np.testing.assert_allclose(micro_mean, trl("bnpo", **ga), rtol=1e-6)
 
 
 def test_verl_data_parallel_ranks_equal_the_whole_batch():
@@ -271,13 +286,14 @@ def test_verl_data_parallel_ranks_equal_the_whole_batch():
 
 def test_shares_under_a_vmapped_axis_sum_to_the_whole_batch():
     losses, mask, _ = batch(seed=7)
-    whole, whole_gradient = program()(losses, mask)
+    mask = mask.astype(np.float32)  # the compiled program of the tests above
+    whole, whole_gradient = program(losses, mask)
     shards = (losses.reshape(4, 2, TOKENS), mask.reshape(4, 2, TOKENS))
     value = functools.partial(every_mode, axis_name="device")
     shares, gradient = jax.jit(
         jax.vmap(lambda x, m: (value(x, m), jax.jacrev(value)(x, m)), axis_name="device")
     )(*shards)
-    scale = np.asarray(program()(np.abs(np.nan_to_num(losses, posinf=0, neginf=0)), mask)[0])
+    scale = np.asarray(program(np.abs(np.nan_to_num(losses, posinf=0, neginf=0)), mask)[0])
     assert_within(shares.sum(0), whole, scale, TOLERANCE["float32"])
     # Each shard's gradient for its own tokens is the one-device gradient.
     gradient = np.moveaxis(np.asarray(gradient), 0, 1).reshape(whole_gradient.shape)

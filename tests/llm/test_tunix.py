@@ -244,14 +244,25 @@ def test_a_grpo_learner_trains_with_the_library_estimator():
     assert called == [4, 4]  # the library's estimator, once per step
     assert set(modes) == {"sequence-mean-token-mean"}  # GRPOConfig's, through the library
     assert recorded  # the learner's per-token losses (policy, KL, entropy) and their loss
+
+    @jax.jit
+    def every_mode(losses, mask):  # the library's, Tunix's, and Tunix's of |x|
+        return jnp.array(
+            [
+                (
+                    ours(losses, mask, installed_mode(mode)),
+                    tunix_aggregate(losses, mask, mode),
+                    tunix_aggregate(jnp.abs(losses), mask, mode),
+                )
+                for mode in TUNIX_MODES
+            ]
+        )
+
     for losses, mask, loss in recorded:
-        learner_mode = "sequence-mean-token-mean"
-        scale = ours(np.abs(losses), mask, learner_mode)
-        assert abs(loss - ours(losses, mask, learner_mode)) <= 1e-6 * scale  # compiled, eager
-        for mode in TUNIX_MODES:
-            theirs, scale = (tunix_aggregate(x, mask, mode) for x in (losses, np.abs(losses)))
-            ours_value = ours(losses, mask, installed_mode(mode))
-            assert abs(ours_value - theirs) <= 2e-6 * scale, (mode, ours_value, theirs)
+        values = np.asarray(every_mode(losses, mask))
+        assert np.all(np.abs(values[:, 0] - values[:, 1]) <= 2e-6 * values[:, 2]), values
+        learner = values[TUNIX_MODES.index("sequence-mean-token-mean")]
+        assert abs(loss - learner[0]) <= 1e-6 * learner[2]  # the learner's loss, the library's
     assert len(seen) == 2  # two steps, each with its batch of 2 prompts x 4 answers
     for rewards, advantages in seen:
         assert rewards.shape == advantages.shape == (8,)

@@ -13,13 +13,14 @@ from rewardnorm_jax._src.llm.advantages import (
     GroupAdvantages,
     group_advantages,
 )
-from rewardnorm_jax._src.llm.aggregation import aggregate_loss, aggregation_count
+from rewardnorm_jax._src.llm.aggregation import AGGREGATIONS, aggregate_loss, aggregation_count
 from rewardnorm_jax._src.llm.conventions import CONVENTIONS
 from rewardnorm_jax._src.llm.kl import kl_estimate, kl_penalized_rewards
 from rewardnorm_jax._src.llm.overlong import overlong_penalty
 from rewardnorm_jax._src.llm.whiten import masked_whiten
 
 __all__ = [
+    "AGGREGATIONS",
     "CONVENTIONS",
     "GroupAdvantageEstimator",
     "GroupAdvantages",

@@ -64,7 +64,6 @@ class AggregationConvention:
       sequence_floor: :math:`r_b = \max(n_b, \text{floor})` (TRL, Tunix: 1).
       empty: what a divisor :math:`D = 0` gives: ``"zero"`` (the loss 0, its
         gradient 0) or ``"nan"`` (verl's 0 / 0).
-      source: where the trainer's code is, for the documentation.
     """
 
     name: str
@@ -72,7 +71,6 @@ class AggregationConvention:
     sequence_epsilon: float = 0.0
     sequence_floor: float = 0.0
     empty: str = "zero"
-    source: str = ""
 
 
 _VERL_MODES = {
@@ -92,8 +90,6 @@ AGGREGATIONS = {
             _VERL_MODES,
             sequence_epsilon=1e-8,
             empty="nan",
-            source="verl-project/verl verl/trainer/ppo/core_algos.py agg_loss at "
-            "1dda039b9c6311889a9c9a26040677e1254814f9",
         ),
         AggregationConvention(
             "trl",
@@ -105,8 +101,6 @@ AGGREGATIONS = {
                 "luspo": Divisor("rows"),
             },
             sequence_floor=1.0,
-            source="huggingface/trl trl/trainer/grpo_trainer.py GRPOTrainer._compute_loss at "
-            "f2cd57710ae345ea6428ae95363267fcf38a3dc8",
         ),
         AggregationConvention(
             "tunix",
@@ -120,8 +114,6 @@ AGGREGATIONS = {
                 "sequence-mean-token-sum-norm": Divisor("rows", count_floor=1e-6),
             },
             sequence_floor=1.0,
-            source="google/tunix tunix/rl/common.py aggregate_loss at "
-            "c7d8950f12a9c55a976bf2e1a0d8b447d71c20b3",
         ),
     )
 }
@@ -166,6 +158,18 @@ def aggregate_loss(
       ``"sequence-mean-token-sum-norm"`` :math:`D = \max(B, 10^{-6})` (its
       ``norm`` is ``count``; Tunix 0.1.7 divides by :math:`\max(S, 1)`
       instead, which is ``"seq-mean-token-sum"`` here).
+
+    The trainers' code, read at these commits: verl-project/verl
+    ``verl/trainer/ppo/core_algos.py`` (``agg_loss``) at
+    ``1dda039b9c6311889a9c9a26040677e1254814f9``, after its pull request #5417
+    (``seq-mean-token-sum-norm`` a sequence mean, :math:`L` by default the
+    mask's last dimension) and without the ``dp_size**2`` denominator of #5798
+    (every mode divides by the global count and multiplies by ``dp_size``, which
+    FSDP's mean of the ranks cancels); huggingface/trl
+    ``trl/trainer/grpo_trainer.py`` (``GRPOTrainer._compute_loss``) at
+    ``f2cd57710ae345ea6428ae95363267fcf38a3dc8``; google/tunix
+    ``tunix/rl/common.py`` (``aggregate_loss``) at
+    ``c7d8950f12a9c55a976bf2e1a0d8b447d71c20b3``.
 
     An empty sequence adds nothing to the sum; it counts in :math:`B`, not in
     :math:`S`. Positions of weight 0 are ignored, NaN and inf included (the
@@ -238,9 +242,7 @@ def aggregate_loss(
     tokens = weights.sum(axis=-1)
     total = _check_count(count, weights.dtype, divisor)
     if total is None:
-        total = _local_count(divisor.count, tokens, weights.dtype)
-        if axis_name is not None and divisor.count != "one":
-            total = jax.lax.psum(total, axis_name)
+        total = _batch_count(divisor.count, tokens, axis_name)
     if divisor.count_floor:
         total = jnp.maximum(total, divisor.count_floor)
     if divisor.length:
@@ -300,19 +302,23 @@ def aggregation_count(mask, mode: str, *, convention: str = "exact", axis_name=N
     axis_name = rs.check_axis_name(axis_name)
     rs.participants(axis_name)
     weights = _check_mask(mask, checks.as_floating("mask", mask).dtype)
-    total = _local_count(divisor.count, weights.sum(axis=-1), weights.dtype)
-    return total if axis_name is None else jax.lax.psum(total, axis_name)
+    return _batch_count(divisor.count, weights.sum(axis=-1), axis_name)
 
 
-def _local_count(count: str, tokens: jax.Array, dtype) -> jax.Array:
-    """This batch's :math:`N`, :math:`S` or :math:`B` (1 for ``"one"``) from its token weights."""
+def _batch_count(count: str, tokens: jax.Array, axis_name) -> jax.Array:
+    """The batch's :math:`N`, :math:`S` or :math:`B` (1 for ``"one"``) over every device.
+
+    ``tokens``: each sequence's token weight :math:`n_b`, in the loss's dtype.
+    """
+    if count == "one":
+        return jnp.ones((), tokens.dtype)
     if count == "tokens":
-        return tokens.sum()
-    if count == "sequences":
-        return (tokens > 0).sum().astype(dtype)
-    if count == "rows":
-        return jnp.asarray(tokens.shape[0], dtype)
-    return jnp.ones((), dtype)
+        total = tokens.sum()
+    elif count == "sequences":
+        total = (tokens > 0).sum().astype(tokens.dtype)
+    else:  # "rows"
+        total = jnp.ones_like(tokens).sum()
+    return total if axis_name is None else jax.lax.psum(total, axis_name)
 
 
 def _mode(convention, mode) -> tuple[Divisor, AggregationConvention]:
