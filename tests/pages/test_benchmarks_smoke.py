@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import math
 
+import numpy as np
 import pytest
 
 
@@ -55,6 +56,7 @@ NEEDS = {
     "observation": None,  # Brax's column when Brax is installed
     "categorical": None,
     "categorical_learning": None,
+    "length_bias": "flax",
 }
 
 
@@ -247,3 +249,41 @@ def test_categorical_learning(capsys):
         mean, spread = row[1].split(" ± ")
         assert_positive_numbers([mean])
         assert float(spread) >= 0
+
+
+@pytest.mark.requires(NEEDS["length_bias"])
+def test_length_bias(capsys):
+    module = importlib.import_module("benchmarks.length_bias")
+    argv = ["--seeds", "2", "--updates", "4", "--prompts", "2", "--markdown"]
+    results = module.main(argv)
+    rows = table_rows(capsys.readouterr().out)
+    assert [(row[0].split()[0], row[1]) for row in rows] == [
+        (mode, window) for mode in module.MODES for window in ("1-1", "2-2", "4-4")
+    ]
+    for row in rows:
+        success, spread = (float(x) for x in row[2].split(" ± "))
+        assert 0 <= success <= 1, row
+        assert spread >= 0, row
+        for cell in row[3:5]:  # a mean length, or "none" (no such response in the window)
+            assert cell == "none" or 1 <= float(cell.split(" ± ")[0]) <= 16, row
+    first = None
+    for mode, curves in results.items():
+        assert all(curve.shape == (2, 4) for curve in curves), mode
+        np.testing.assert_array_equal(curves.correct + curves.incorrect, 2 * module.GROUP_SIZE)
+        # a length is 1 to L tokens: the sums of lengths are within the counts' bounds
+        for count, lengths in (
+            (curves.correct, curves.correct_length),
+            (curves.incorrect, curves.incorrect_length),
+        ):
+            assert (count <= lengths).all(), mode
+            assert (lengths <= 16 * count).all(), mode
+        # seed i draws the same first batch from the same parameters in every mode
+        start = [curve[:, 0] for curve in curves]
+        first = start if first is None else first
+        np.testing.assert_array_equal(start, first, err_msg=mode)
+    # the program (compiled once for every mode) runs again to the same bits
+    args = module.parse_args(argv)
+    config = module.Config(args.digits, args.max_target, args.max_length, 2, 4)
+    again, _ = module.run(config, "token-mean", 2, 0)
+    for curve, expected in zip(again, results["token-mean"], strict=True):
+        np.testing.assert_array_equal(curve, expected)
