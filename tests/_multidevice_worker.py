@@ -24,6 +24,7 @@ Nothing runs at import (pytest imports this module to collect doctests).
 """
 
 import json
+import os
 import sys
 from functools import partial
 from typing import Any
@@ -51,6 +52,18 @@ OPTIONS = {
     "gymnasium_decay": {"semantics": "gymnasium", "statistics": rn.Statistics(decay=0.9)},
     "purejaxrl_g_max": {"semantics": "purejaxrl", "g_max": 3.0},
 }
+
+
+def worker_environment(devices: int) -> dict[str, str]:
+    """This process's environment for a worker with ``devices`` CPU devices, in one process.
+
+    The session's ``XLA_FLAGS`` (``full``'s quick compilation) are kept, the
+    device count added; ``JAX_ENABLE_X64`` is dropped (each section sets its dtype).
+    """
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_ENABLE_X64", None)
+    return env
 
 
 def configs(dtype) -> dict:
