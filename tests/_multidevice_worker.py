@@ -55,10 +55,11 @@ OPTIONS = {
 
 
 def worker_environment(devices: int) -> dict[str, str]:
-    """This process's environment for a worker with ``devices`` CPU devices, in one process.
+    """The environment of a worker process with ``devices`` virtual CPU devices.
 
-    The session's ``XLA_FLAGS`` (``full``'s quick compilation) are kept, the
-    device count added; ``JAX_ENABLE_X64`` is dropped (each section sets its dtype).
+    This process's environment: its ``XLA_FLAGS`` (``full``'s quick compilation)
+    kept, with the device count added; ``JAX_ENABLE_X64`` dropped (the worker
+    chooses its dtypes).
     """
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
     env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
