@@ -24,6 +24,7 @@ Nothing runs at import (pytest imports this module to collect doctests).
 """
 
 import json
+import os
 import sys
 from functools import partial
 from typing import Any
@@ -52,6 +53,19 @@ OPTIONS = {
     "gymnasium_decay": {"semantics": "gymnasium", "statistics": rn.Statistics(decay=0.9)},
     "purejaxrl_g_max": {"semantics": "purejaxrl", "g_max": 3.0},
 }
+
+
+def worker_environment(devices: int) -> dict[str, str]:
+    """The environment of a worker process with ``devices`` virtual CPU devices.
+
+    This process's environment: its ``XLA_FLAGS`` (``full``'s quick compilation)
+    kept, with the device count added; ``JAX_ENABLE_X64`` dropped (the worker
+    chooses its dtypes).
+    """
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}"
+    env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_ENABLE_X64", None)
+    return env
 
 
 def configs(dtype) -> dict:

@@ -8,7 +8,6 @@ device takes and compares with the core fed the same stream on one device.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests._extras import missing_reason
+from tests._multidevice_worker import worker_environment
 from tests.hang import HANG_TIMEOUT_S
 
 ROOT = Path(__file__).parents[2]
@@ -28,16 +28,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def run():
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-        "JAX_PLATFORMS": "cpu",
-    }
-    env.pop("JAX_ENABLE_X64", None)
     proc = subprocess.run(
         [sys.executable, "-m", "tests._brax_multidevice_worker"],
         cwd=ROOT,
-        env=env,
+        env=worker_environment(2),
         capture_output=True,
         text=True,
         timeout=HANG_TIMEOUT_S,

@@ -43,15 +43,15 @@ def run_alone():
     """``run_alone(argv, code, cwd)``: a block run as ``python -c`` (or ``-m doctest``) would.
 
     Each call forks a fresh process from one server (see ``_fork_server.py``),
-    whose environment is the tests' without ``XLA_FLAGS``, on the CPU.
+    whose environment is the tests', on the CPU: in ``full``, XLA compiles the
+    examples with its quick backend settings, as the session's other tests.
     """
-    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory() as home:
         server = subprocess.Popen(
             [sys.executable, str(FORK_SERVER)],
             cwd=home,
             start_new_session=True,  # its group, a running example included, is ended at the end
-            env={**env, "JAX_PLATFORMS": "cpu"},
+            env={**os.environ, "JAX_PLATFORMS": "cpu"},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,

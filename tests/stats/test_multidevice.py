@@ -26,7 +26,6 @@ merge on some steps.
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -54,16 +53,10 @@ def _free_port() -> int:
 
 
 def _start(*args: str, devices: int) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-        "JAX_PLATFORMS": "cpu",
-    }
-    env.pop("JAX_ENABLE_X64", None)
     return subprocess.Popen(
         [sys.executable, "-m", "tests._multidevice_worker", *args],
         cwd=ROOT,
-        env=env,
+        env=worker.worker_environment(devices),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
