@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from rewardnorm_jax._src.core import checks
+from rewardnorm_jax._src.llm.whiten import broadcast_to_mask
 from rewardnorm_jax._src.stats import running as rs
 
 COUNTS = ("one", "tokens", "sequences", "rows")
@@ -344,14 +345,7 @@ def _check_inputs(losses, mask) -> tuple[jax.Array, jax.Array]:
     """Floating ``losses`` broadcast to the mask's ``(B, T)``, and the mask as weights."""
     losses = checks.as_floating("losses", losses)
     weights = _check_mask(mask, losses.dtype)
-    same_rank = losses.ndim == weights.ndim  # (B,) against (B, T) would spread along tokens
-    if not same_rank or checks.broadcast_shape(losses.shape, weights.shape) != weights.shape:
-        raise ValueError(
-            f"losses has shape {losses.shape}, which does not broadcast to the mask's shape "
-            f"{weights.shape} with as many axes: pass per-token losses of that shape, or one "
-            f"loss per sequence of shape {(weights.shape[0], 1)}."
-        )
-    return jnp.broadcast_to(losses, weights.shape), weights
+    return broadcast_to_mask("losses", losses, weights, "loss"), weights
 
 
 def _check_count(count, dtype, divisor: Divisor) -> jax.Array | None:

@@ -221,11 +221,20 @@ def _check_inputs(values, mask) -> tuple[jax.Array, jax.Array]:
     weights = checks.as_weights("mask", mask, values.dtype)
     if weights.ndim == 0:
         raise ValueError("mask is a scalar; pass one entry per position, of the values' shape.")
+    return broadcast_to_mask("values", values, weights, "value"), weights
+
+
+def broadcast_to_mask(name: str, values: jax.Array, weights: jax.Array, what: str) -> jax.Array:
+    """``values`` broadcast to the mask's shape: one ``what`` per position, or per sequence.
+
+    Raises:
+      ValueError: naming ``name``, for values of another rank or shape.
+    """
     same_rank = values.ndim == weights.ndim  # (B,) against (B, T) would spread along tokens
     if not same_rank or checks.broadcast_shape(values.shape, weights.shape) != weights.shape:
         raise ValueError(
-            f"values has shape {values.shape}, which does not broadcast to the mask's shape "
-            f"{weights.shape} with as many axes: pass token values of that shape, or one value "
+            f"{name} has shape {values.shape}, which does not broadcast to the mask's shape "
+            f"{weights.shape} with as many axes: pass one {what} per position, or one {what} "
             f"per sequence of shape {(*weights.shape[:-1], 1)}."
         )
-    return jnp.broadcast_to(values, weights.shape), weights
+    return jnp.broadcast_to(values, weights.shape)

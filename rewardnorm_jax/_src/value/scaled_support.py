@@ -38,9 +38,8 @@ import numpy as np
 from flax import struct
 
 from rewardnorm_jax._src.core import base, checks
-from rewardnorm_jax._src.observation.normalizer import ObservationNormState
-from rewardnorm_jax._src.reward.center import CenterRewardState
-from rewardnorm_jax._src.reward.normalize import NormalizeRewardState
+from rewardnorm_jax._src.observation import ObservationNormState
+from rewardnorm_jax._src.reward import CenterRewardState, NormalizeRewardState
 from rewardnorm_jax._src.stats import running as rs
 from rewardnorm_jax._src.value.categorical import SPACES, Support, uniform_support
 from rewardnorm_jax._src.value.popart import PopArtState
