@@ -19,7 +19,7 @@ _STATE_KEYS = ("mean", "m2", "samples")
 
 def real(name: str, value) -> float:
     """``value`` as a Python float (NumPy scalars and 0-d arrays too), or a ValueError."""
-    if not checks.is_real(value):
+    if not checks.is_real(value, name):
         raise ValueError(f"{name} should be a real number, got {name}={value!r}.")
     return float(value)
 

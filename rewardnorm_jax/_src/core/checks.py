@@ -359,16 +359,26 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
-def check_static(name: str, value) -> None:
+def check_static(name: str, value, kind: str = "number") -> None:
     """Raises a TypeError naming ``name`` if ``value`` is traced: it configures the computation.
 
-    Options that shape the compiled computation (a clamp, a length limit) are
-    Python numbers, read when the function is traced.
+    Hyperparameters (a discount, a clamp, a length limit) shape the compiled
+    computation: they are read when a transform is built or a function traced,
+    so they are given outside ``jit``. Every hyperparameter check calls this
+    first (:func:`is_real` and :func:`check_bool` do). ``kind`` is what the
+    value should be (``"number"``, ``"bool"``).
+
+    Example:
+      >>> jax.jit(lambda g: check_static("gamma", g))(0.9)  # doctest: +ELLIPSIS
+      Traceback (most recent call last):
+      ...
+      TypeError: gamma should be a concrete number, got the traced value ...: pass gamma as a ...
     """
     if isinstance(value, jax.core.Tracer):
         raise TypeError(
-            f"{name} should be a concrete number, got the traced value {value}: pass it as a "
-            "Python or NumPy number, not as an argument of the jitted function."
+            f"{name} should be a concrete {kind}, got the traced value {value}: pass {name} as a "
+            f"Python {kind} or a concrete array; hyperparameters are static, so give them "
+            "outside jit."
         )
 
 
@@ -555,13 +565,9 @@ def check_bool(name: str, value) -> bool:
 
     Raises:
       TypeError: naming the parameter and its value, also for a traced value
-        (hyperparameters are static: build the transform outside ``jit``).
+        (:func:`check_static`).
     """
-    if isinstance(value, jax.core.Tracer):
-        raise TypeError(
-            f"{name} should be a bool, got the traced value {value}; build the transform "
-            "outside jit (its hyperparameters are static)."
-        )
+    check_static(name, value, "bool")
     if isinstance(value, (bool, np.bool_)) or (
         isinstance(value, (np.ndarray, jax.Array)) and value.shape == () and value.dtype == bool
     ):
@@ -569,21 +575,17 @@ def check_bool(name: str, value) -> bool:
     raise TypeError(f"{name} should be a bool, got {name}={value!r}.")
 
 
-def is_real(value) -> bool:
-    """Whether a hyperparameter is a real number, not a bool.
+def is_real(value, name: str) -> bool:
+    """Whether the hyperparameter ``name`` is a real number, not a bool.
 
     Python and NumPy scalars qualify, and so do concrete 0-d NumPy or JAX
     arrays of an integer or floating dtype (``jnp.float32(0.99)``).
 
     Raises:
-      TypeError: for a traced value: hyperparameters configure the compiled
-        computation, so a transform is built outside ``jit``.
+      TypeError: naming ``name`` for a traced value (:func:`check_static`):
+        hyperparameters configure the compiled computation.
     """
-    if isinstance(value, jax.core.Tracer):
-        raise TypeError(
-            f"hyperparameters must be concrete numbers, got the traced value {value}; "
-            "build the transform outside jit (its hyperparameters are static)."
-        )
+    check_static(name, value)
     if isinstance(value, (np.ndarray, jax.Array)):
         return value.shape == () and (
             jnp.issubdtype(value.dtype, jnp.integer) or jnp.issubdtype(value.dtype, jnp.floating)
@@ -617,7 +619,7 @@ def check_non_negative(name: str, value, dtype, *, may_vanish: bool = False) -> 
       ValueError: naming the parameter, its value and the valid range
         (:func:`check_fits` for one that rounds to 0 or inf in ``dtype``).
     """
-    if not (is_real(value) and 0.0 <= value < math.inf):
+    if not (is_real(value, name) and 0.0 <= value < math.inf):
         raise ValueError(f"{name} should be a finite number >= 0, got {name}={value!r}.")
     check_fits(name, float(value), dtype, may_vanish=may_vanish)
     return float(value)
@@ -638,7 +640,7 @@ def check_positive(name: str, value, dtype, *, allow_inf: bool = False) -> float
     info = jnp.finfo(dtype)
     # Compared as a Python float: a float16 value would compare in float16, where
     # float32's tiny rounds to 0.
-    number = float(value) if is_real(value) else math.nan
+    number = float(value) if is_real(value, name) else math.nan
     in_range = float(info.tiny) <= number <= float(info.max) or (allow_inf and number == math.inf)
     if not in_range:
         upper = "inf" if allow_inf else f"{float(info.max):.4g}"
@@ -657,7 +659,7 @@ def check_gamma(gamma) -> float:
       ValueError: for anything else (gamma > 1 makes the return diverge,
         gamma < 0 flips its sign every step).
     """
-    if not (is_real(gamma) and 0.0 <= gamma <= 1.0):
+    if not (is_real(gamma, "gamma") and 0.0 <= gamma <= 1.0):
         raise ValueError(f"gamma should be in the interval [0, 1], got gamma={gamma!r}.")
     return float(gamma)
 

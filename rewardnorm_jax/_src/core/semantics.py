@@ -51,7 +51,7 @@ class Semantics:
             self, "freeze_stops_return", check_bool("freeze_stops_return", self.freeze_stops_return)
         )
         # A clip <= 0 (or NaN) would zero or flip every normalized reward.
-        if self.clip is not None and not (is_real(self.clip) and self.clip > 0):
+        if self.clip is not None and not (is_real(self.clip, "clip") and self.clip > 0):
             raise ValueError(f"clip should be a positive number or None, got clip={self.clip!r}.")
         if self.clip is not None:  # a concrete array would make the semantics unhashable
             object.__setattr__(self, "clip", float(self.clip))

@@ -152,7 +152,7 @@ class GroupAdvantageConfig(base.Config):
         if isinstance(ddof, bool) or ddof not in (0, 1):
             raise ValueError(f"ddof should be 0 or 1, got ddof={self.ddof!r}.")
         epsilon = rules.epsilon if self.epsilon is None else self.epsilon
-        if not (checks.is_real(epsilon) and math.isfinite(epsilon) and epsilon >= 0):
+        if not (checks.is_real(epsilon, "epsilon") and math.isfinite(epsilon) and epsilon >= 0):
             raise ValueError(f"epsilon should be a finite number >= 0, got epsilon={epsilon!r}.")
         epsilon_at = rules.epsilon_at if self.epsilon_at is None else self.epsilon_at
         checks.check_choice("epsilon_at", epsilon_at, ("std", "variance"))
@@ -166,7 +166,7 @@ class GroupAdvantageConfig(base.Config):
                     f"std_floor is for estimator='rloo_std', got estimator={self.estimator!r} "
                     f"with std_floor={floor!r}."
                 )
-            if not (checks.is_real(floor) and math.isfinite(floor) and floor >= 0):
+            if not (checks.is_real(floor, "std_floor") and math.isfinite(floor) and floor >= 0):
                 raise ValueError(
                     f"std_floor should be a finite number >= 0, got std_floor={floor!r}."
                 )
@@ -230,7 +230,9 @@ class GroupAdvantageConfig(base.Config):
                 f"f_norm is for estimator='gpg', got estimator={self.estimator!r} with "
                 f"f_norm={self.f_norm!r}."
             )
-        if not (checks.is_real(self.f_norm) and math.isfinite(self.f_norm) and self.f_norm > 0):
+        if not (
+            checks.is_real(self.f_norm, "f_norm") and math.isfinite(self.f_norm) and self.f_norm > 0
+        ):
             raise ValueError(f"f_norm should be a finite number > 0, got f_norm={self.f_norm!r}.")
         return float(self.f_norm)
 
@@ -246,7 +248,7 @@ class GroupAdvantageConfig(base.Config):
         if not (
             isinstance(weights, (tuple, list))
             and weights
-            and all(checks.is_real(w) and math.isfinite(w) for w in weights)
+            and all(checks.is_real(w, "reward_weights") and math.isfinite(w) for w in weights)
         ):
             raise ValueError(
                 "reward_weights should be a non-empty sequence of finite numbers, one per "

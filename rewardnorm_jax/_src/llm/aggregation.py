@@ -361,7 +361,7 @@ def _check_count(count, dtype, divisor: Divisor) -> jax.Array | None:
             raise ValueError(f"count should be a scalar, got {checks.describe(count)}.")
         count = jnp.asarray(count, dtype)
         return jnp.where((count >= 0) & jnp.isfinite(count), count, jnp.nan)
-    if not (checks.is_real(count) and math.isfinite(count) and count >= 0):
+    if not (checks.is_real(count, "count") and math.isfinite(count) and count >= 0):
         raise ValueError(
             f"count should be a finite number >= 0 (the tokens or sequences of every device and "
             f"micro-batch), got count={checks.describe(count)}."
@@ -378,7 +378,7 @@ def _check_length(length, last: int, dtype) -> jax.Array:
             raise ValueError(f"length should be a scalar, got {checks.describe(length)}.")
         length = jnp.asarray(length, dtype)
         return jnp.where((length >= last) & jnp.isfinite(length), length, jnp.nan)
-    if not (checks.is_real(length) and math.isfinite(length) and length >= max(last, 1)):
+    if not (checks.is_real(length, "length") and math.isfinite(length) and length >= max(last, 1)):
         raise ValueError(
             f"length should be a finite number >= the mask's last dimension {last} (the "
             f"length the responses are padded to), got length={length!r}."

@@ -254,15 +254,14 @@ def _checked_beta(beta, dtype) -> jax.Array:
             )
         beta = jnp.asarray(beta, dtype)
         return jnp.where((beta >= 0) & jnp.isfinite(beta), beta, jnp.nan)
-    if not (checks.is_real(beta) and math.isfinite(beta) and beta >= 0):
+    if not (checks.is_real(beta, "beta") and math.isfinite(beta) and beta >= 0):
         raise ValueError(f"beta should be a finite number >= 0, got beta={beta!r}.")
     checks.check_fits("beta", float(beta), dtype)
     return jnp.asarray(beta, dtype)
 
 
 def _check_clip(clip) -> float:
-    checks.check_static("clip", clip)
-    if not (checks.is_real(clip) and clip > 0 and not math.isnan(clip)):
+    if not (checks.is_real(clip, "clip") and clip > 0 and not math.isnan(clip)):
         raise ValueError(f"clip should be None or a number > 0, got clip={clip!r}.")
     return float(clip)
 

@@ -89,6 +89,5 @@ def overlong_penalty(
 
 def _check_number(name: str, value, valid: str, in_range: Callable[[float], bool]) -> None:
     """Raises a ValueError unless ``value`` is a finite real number ``in_range``."""
-    checks.check_static(name, value)
-    if not (checks.is_real(value) and math.isfinite(value) and in_range(value)):
+    if not (checks.is_real(value, name) and math.isfinite(value) and in_range(value)):
         raise ValueError(f"{name} should be a finite number {valid}, got {name}={value!r}.")

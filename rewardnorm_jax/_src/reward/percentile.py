@@ -68,7 +68,9 @@ def _check_update_options(rate, low, high, dtype) -> float:
     if rate > 1.0:
         raise ValueError(f"rate should be in the interval (0, 1], got rate={rate!r}.")
     # A range needs low < high inside [0, 100].
-    if not (checks.is_real(low) and checks.is_real(high) and 0.0 <= low < high <= 100.0):
+    if not (
+        checks.is_real(low, "low") and checks.is_real(high, "high") and 0.0 <= low < high <= 100.0
+    ):
         raise ValueError(
             f"percentiles should satisfy 0 <= low < high <= 100, got low={low!r}, high={high!r}."
         )

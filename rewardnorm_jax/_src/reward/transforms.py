@@ -26,7 +26,7 @@ class ClipRewardConfig(base.Config):
 
     def __post_init__(self):
         low, high = self.low, self.high
-        if not (checks.is_real(low) and checks.is_real(high)):
+        if not (checks.is_real(low, "low") and checks.is_real(high, "high")):
             raise ValueError(f"low and high should be numbers, got low={low!r}, high={high!r}.")
         if math.isnan(low) or math.isnan(high) or low > high:
             raise ValueError(f"low should not exceed high, got low={low!r} > high={high!r}.")
@@ -42,7 +42,7 @@ class ScaleRewardConfig(base.Config):
     scale: float = 1.0
 
     def __post_init__(self):
-        if not (checks.is_real(self.scale) and math.isfinite(self.scale)):
+        if not (checks.is_real(self.scale, "scale") and math.isfinite(self.scale)):
             raise ValueError(f"scale should be a finite number, got scale={self.scale!r}.")
         object.__setattr__(self, "scale", float(self.scale))
 

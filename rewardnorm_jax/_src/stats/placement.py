@@ -69,7 +69,7 @@ class Statistics:
                 "environments: choose one."
             )
         decay = self.decay
-        if decay is not None and not (checks.is_real(decay) and 0.0 <= decay < 1.0):
+        if decay is not None and not (checks.is_real(decay, "decay") and 0.0 <= decay < 1.0):
             raise ValueError(
                 f"decay should be None (cumulative statistics) or in [0, 1), got decay={decay!r}."
             )

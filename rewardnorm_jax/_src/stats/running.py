@@ -264,7 +264,9 @@ def check_decay(decay, dtype) -> float | None:
     # decay = 1 is the cumulative statistics (decay=None, with an exact count);
     # decay > 1 or < 0 would weight old samples more than new ones, or negatively.
     # A decay that rounds to 1 in dtype would never forget.
-    if not (checks.is_real(decay) and 0.0 <= decay < 1.0 and np.asarray(decay, dtype) < 1.0):
+    if not (
+        checks.is_real(decay, "decay") and 0.0 <= decay < 1.0 and np.asarray(decay, dtype) < 1.0
+    ):
         raise ValueError(
             f"decay should be in the interval [0, 1) in {np.dtype(dtype).name} (the "
             f"statistics dtype) or None, got decay={decay!r}."

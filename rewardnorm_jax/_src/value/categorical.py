@@ -120,8 +120,7 @@ def symlog_support(num_atoms: int = 255, *, limit: float = 20.0, dtype=None) -> 
       >>> [round(v, 4) for v in support.values.tolist()]
       [-6.3891, -1.7183, 0.0, 1.7183, 6.3891]
     """
-    checks.check_static("limit", limit)
-    if not (checks.is_real(limit) and math.isfinite(limit) and limit > 0):
+    if not (checks.is_real(limit, "limit") and math.isfinite(limit) and limit > 0):
         raise ValueError(f"limit should be a finite number > 0, got limit={limit!r}.")
     largest = float(jnp.finfo(rs.check_dtype(dtype)).max)
     if limit > math.log1p(largest):
@@ -232,10 +231,8 @@ def hl_gauss(
     if edges is not None:
         edges = _checked_edges(edges, support)
     if sigma is None:
-        checks.check_static("sigma_ratio", sigma_ratio)
         ratio = checks.check_positive("sigma_ratio", sigma_ratio, dtype)
         return _hl_gauss(targets, support, edges, None, ratio)
-    checks.check_static("sigma", sigma)
     sigma = checks.check_positive("sigma", sigma, dtype)
     if sigma > _largest_sigma(dtype):
         raise ValueError(

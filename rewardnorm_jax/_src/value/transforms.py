@@ -69,7 +69,7 @@ def symexp(x: jax.typing.ArrayLike) -> jax.Array:
 
 def _check_eps(eps) -> float:
     # A negative eps makes h non-monotonic (no inverse); NaN or inf poisons every output.
-    if not (checks.is_real(eps) and math.isfinite(eps) and eps >= 0):
+    if not (checks.is_real(eps, "eps") and math.isfinite(eps) and eps >= 0):
         raise ValueError(f"eps should be a finite number >= 0, got eps={eps!r}.")
     return float(eps)
 
