@@ -153,8 +153,9 @@ def observation_reference(config, leaf, weights):
 
     The batch's weighted mean and variance join the prior (``prior_count`` samples of
     mean 0 and variance 1) as ``round(W)`` samples (Chan's merge); the output is
-    ``clip((x - mean) / clip(sqrt(var + epsilon), std_min, std_max), -clip, clip)`` with
-    the statistics before the update (``normalize_first``) or after.
+    ``clip((x - mean) / clip(sqrt(var + epsilon), std_min, std_max), -clip, clip)``
+    (``sqrt(var) + epsilon`` with ``epsilon_on="std"``) with the statistics before the
+    update (``normalize_first``) or after.
     """
     x, w = np.asarray(leaf, np.float64), np.asarray(weights, np.float64)
     w = w.reshape(w.shape + (1,) * (x.ndim - 1))
@@ -167,7 +168,10 @@ def observation_reference(config, leaf, weights):
         prior + count
     )
     used_mean, used_var = (0.0, 1.0) if config.normalize_first else (mean, var)
-    std = np.sqrt(used_var + config.epsilon)
+    if config.epsilon_on == "std":
+        std = np.sqrt(used_var) + config.epsilon
+    else:
+        std = np.sqrt(used_var + config.epsilon)
     std = np.clip(std, config.std_min or 0.0, config.std_max or np.inf)
     out = (x - used_mean) / std
     if config.clip is not None:
@@ -973,7 +977,7 @@ def test_scaled_support_entries_follow_a_float64_reference(name):
 # one program per entry (``weighted_program``); the options near the limits run operation
 # by operation, each operation compiled once for every case.
 WEIGHTED = [name for name, entry in ENTRIES.items() if entry.weights]
-TOTALS = (1.0, 3e9, 1e20, HUGE)  # every weight of a batch times these: totals past 2**32, inf
+TOTALS = (1.0, 3e9, 1e20, HUGE)  # a batch's largest weight: totals past 2**32, float32's max
 
 
 @functools.cache
@@ -986,7 +990,8 @@ def weighted_program(name):
 def test_weights_of_any_total_give_the_float64_weighted_statistic(name, scale):
     weighted, (_, state, _) = ENTRIES[name].weights, compiled(name)
     inputs = batch_of(name, 2)
-    weights = (weighted.base(*inputs) * np.float32(scale)).astype(np.float32)
+    base = np.asarray(weighted.base(*inputs), np.float64)
+    weights = (base * (scale / base.max())).astype(np.float32)  # the largest is ``scale``
     out = weighted_program(name)(state, weights, *inputs)
     assert_float64(out, weighted.reference(state, weights.astype(np.float64), *inputs))
 
@@ -1022,7 +1027,10 @@ def test_a_state_of_another_placement_is_refused_naming_the_state(name, own, oth
     """Shared, per-environment and per-task states: each refused by the others' functions."""
     entry = ENTRIES[name]
     state = entry.placed(other)[0]
-    with pytest.raises(ValueError, match=r"(state|statistics)\b(.|\n)*(statistics=|num_tasks=)"):
+    # The option is named as ``statistics=...``, ``num_tasks=...`` or the placement's own
+    # spelling, ``Statistics(per_env=True)``.
+    option = r"(statistics=|num_tasks=|Statistics\(per_env=True\))"
+    with pytest.raises(ValueError, match=r"(state|statistics)\b(.|\n)*" + option):
         entry.placed(own)[1][call](state)
 
 

@@ -193,6 +193,8 @@ class GroupAdvantageConfig(base.Config):
             checks.check_count("num_groups", self.num_groups, minimum=1, maximum=checks.MAX_TASKS)
 
     def _check_span(self) -> None:
+        if self.groups_span_devices is not None:
+            checks.check_bool("groups_span_devices", self.groups_span_devices)
         if self.num_groups is None or self.axis_name is None:
             if self.groups_span_devices is not None:
                 raise ValueError(
@@ -208,7 +210,6 @@ class GroupAdvantageConfig(base.Config):
                 "summed across the axis) or a group of this device alone "
                 "(groups_span_devices=False: the same id on two devices is two groups)."
             )
-        checks.check_bool("groups_span_devices", self.groups_span_devices)
 
     def _check_standardize_batch(self) -> None:
         checks.check_bool("standardize_batch", self.standardize_batch)
