@@ -195,10 +195,8 @@ def group(estimator, convention="exact", ragged=False, **levels):
         layout: dict[str, Any] = {"num_groups": 4} if ragged else {"group_size": 4}
         if ragged and axis_name is not None:
             layout["groups_span_devices"] = True
-        layout.update(options)
-        est = rn.group_advantages(
-            estimator, convention=convention, axis_name=axis_name, **layout, **levels
-        )
+        named = {**layout, **levels, **options}
+        est = rn.group_advantages(estimator, convention=convention, axis_name=axis_name, **named)
         step, init = est.step, est.init
 
         def run(state, rewards, ids, lengths):
@@ -227,6 +225,17 @@ def group(estimator, convention="exact", ragged=False, **levels):
         hyperparameters["f_norm"] = 1.0
         near += [Near({"f_norm": HUGE}), Near({"f_norm": TINY})]
     flags = ("standardize_batch", "groups_span_devices") if ragged else ("standardize_batch",)
+    # The estimators built on the normalization levels, and the conventions that only set
+    # their arithmetic: their epsilon, rloo_std's floor, the levels' leave_one_out.
+    if estimator in ("normalized", "maxrl", "rloo_std") or convention == "roll":
+        config = rn.group_advantages(estimator, convention=convention, **{size: 4}, **levels)
+        hyperparameters["epsilon"] = config.config.epsilon
+        near += [Near({"epsilon": TINY}), Near({"epsilon": HUGE})]
+    if estimator == "rloo_std":
+        hyperparameters["std_floor"] = 1e-3
+        near += [Near({"std_floor": TINY}), Near({"std_floor": HUGE})]
+    if estimator == "normalized":
+        flags += ("leave_one_out",)
     return Entry(
         build,
         inputs,
@@ -311,9 +320,9 @@ def kl(estimator, convention="exact", penalized=False):
 
 
 def aggregation(mode, convention="exact"):
-    def build(axis_name):
+    def build(axis_name, **options):
         def run(state, losses, mask):
-            named = {"convention": convention, "axis_name": axis_name}
+            named = {"convention": convention, "axis_name": axis_name, **options}
             return rn.aggregate_loss(losses, mask, mode, **named), state
 
         return run, None
@@ -322,7 +331,32 @@ def aggregation(mode, convention="exact"):
         losses, _, mask = _token_inputs(rng, batch)
         return losses, mask
 
-    return Entry(build, inputs, "llm", differentiable=True)
+    def weighted(state, weights, losses, mask):
+        return rn.aggregate_loss(losses, weights, mode, convention=convention)
+
+    def reference(state, weights, losses, mask):
+        """Float64: each row's weighted sum over its weight (mean) or the length (dr_grpo)."""
+        sums = (weights * np.asarray(losses, np.float64)).sum(-1)
+        if mode == "dr_grpo":  # D = B L, L the mask's last dimension
+            return sums.sum() / (weights.shape[0] * weights.shape[1])
+        counts = weights.sum(-1)
+        rows = counts > 0  # seq-mean-token-mean: D = S, the rows holding a weight
+        return (sums[rows] / counts[rows]).sum() / max(rows.sum(), 1)
+
+    hyperparameters: dict[str, Any] = {}
+    near: list[Near] = []
+    if mode == "dr_grpo":
+        hyperparameters["length"] = 2.0 * TOKENS
+        near.append(Near({"length": HUGE}))
+    return Entry(
+        build,
+        inputs,
+        "llm",
+        differentiable=True,
+        weights=Weighted(weighted, reference, lambda losses, mask: mask.astype(np.float32)),
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+    )
 
 
 def overlong(convention):
