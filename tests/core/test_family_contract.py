@@ -153,8 +153,9 @@ def observation_reference(config, leaf, weights):
 
     The batch's weighted mean and variance join the prior (``prior_count`` samples of
     mean 0 and variance 1) as ``round(W)`` samples (Chan's merge); the output is
-    ``clip((x - mean) / clip(sqrt(var + epsilon), std_min, std_max), -clip, clip)`` with
-    the statistics before the update (``normalize_first``) or after.
+    ``clip((x - mean) / clip(sqrt(var + epsilon), std_min, std_max), -clip, clip)``
+    (``sqrt(var) + epsilon`` with ``epsilon_on="std"``) with the statistics before the
+    update (``normalize_first``) or after.
     """
     x, w = np.asarray(leaf, np.float64), np.asarray(weights, np.float64)
     w = w.reshape(w.shape + (1,) * (x.ndim - 1))
@@ -167,7 +168,10 @@ def observation_reference(config, leaf, weights):
         prior + count
     )
     used_mean, used_var = (0.0, 1.0) if config.normalize_first else (mean, var)
-    std = np.sqrt(used_var + config.epsilon)
+    if config.epsilon_on == "std":
+        std = np.sqrt(used_var) + config.epsilon
+    else:
+        std = np.sqrt(used_var + config.epsilon)
     std = np.clip(std, config.std_min or 0.0, config.std_max or np.inf)
     out = (x - used_mean) / std
     if config.clip is not None:
@@ -191,10 +195,8 @@ def group(estimator, convention="exact", ragged=False, **levels):
         layout: dict[str, Any] = {"num_groups": 4} if ragged else {"group_size": 4}
         if ragged and axis_name is not None:
             layout["groups_span_devices"] = True
-        layout.update(options)
-        est = rn.group_advantages(
-            estimator, convention=convention, axis_name=axis_name, **layout, **levels
-        )
+        named = {**layout, **levels, **options}
+        est = rn.group_advantages(estimator, convention=convention, axis_name=axis_name, **named)
         step, init = est.step, est.init
 
         def run(state, rewards, ids, lengths):
@@ -223,6 +225,17 @@ def group(estimator, convention="exact", ragged=False, **levels):
         hyperparameters["f_norm"] = 1.0
         near += [Near({"f_norm": HUGE}), Near({"f_norm": TINY})]
     flags = ("standardize_batch", "groups_span_devices") if ragged else ("standardize_batch",)
+    # The estimators built on the normalization levels, and the conventions that only set
+    # their arithmetic: their epsilon, rloo_std's floor, the levels' leave_one_out.
+    if estimator in ("normalized", "maxrl", "rloo_std") or convention == "roll":
+        config = rn.group_advantages(estimator, convention=convention, **{size: 4}, **levels)
+        hyperparameters["epsilon"] = config.config.epsilon
+        near += [Near({"epsilon": TINY}), Near({"epsilon": HUGE})]
+    if estimator == "rloo_std":
+        hyperparameters["std_floor"] = 1e-3
+        near += [Near({"std_floor": TINY}), Near({"std_floor": HUGE})]
+    if estimator == "normalized":
+        flags += ("leave_one_out",)
     return Entry(
         build,
         inputs,
@@ -307,9 +320,9 @@ def kl(estimator, convention="exact", penalized=False):
 
 
 def aggregation(mode, convention="exact"):
-    def build(axis_name):
+    def build(axis_name, **options):
         def run(state, losses, mask):
-            named = {"convention": convention, "axis_name": axis_name}
+            named = {"convention": convention, "axis_name": axis_name, **options}
             return rn.aggregate_loss(losses, mask, mode, **named), state
 
         return run, None
@@ -318,7 +331,32 @@ def aggregation(mode, convention="exact"):
         losses, _, mask = _token_inputs(rng, batch)
         return losses, mask
 
-    return Entry(build, inputs, "llm", differentiable=True)
+    def weighted(state, weights, losses, mask):
+        return rn.aggregate_loss(losses, weights, mode, convention=convention)
+
+    def reference(state, weights, losses, mask):
+        """Float64: each row's weighted sum over its weight (mean) or the length (dr_grpo)."""
+        sums = (weights * np.asarray(losses, np.float64)).sum(-1)
+        if mode == "dr_grpo":  # D = B L, L the mask's last dimension
+            return sums.sum() / (weights.shape[0] * weights.shape[1])
+        counts = weights.sum(-1)
+        rows = counts > 0  # seq-mean-token-mean: D = S, the rows holding a weight
+        return (sums[rows] / counts[rows]).sum() / max(rows.sum(), 1)
+
+    hyperparameters: dict[str, Any] = {}
+    near: list[Near] = []
+    if mode == "dr_grpo":
+        hyperparameters["length"] = 2.0 * TOKENS
+        near.append(Near({"length": HUGE}))
+    return Entry(
+        build,
+        inputs,
+        "llm",
+        differentiable=True,
+        weights=Weighted(weighted, reference, lambda losses, mask: mask.astype(np.float32)),
+        hyperparameters=hyperparameters,
+        near_limits=tuple(near),
+    )
 
 
 def overlong(convention):
@@ -973,7 +1011,7 @@ def test_scaled_support_entries_follow_a_float64_reference(name):
 # one program per entry (``weighted_program``); the options near the limits run operation
 # by operation, each operation compiled once for every case.
 WEIGHTED = [name for name, entry in ENTRIES.items() if entry.weights]
-TOTALS = (1.0, 3e9, 1e20, HUGE)  # every weight of a batch times these: totals past 2**32, inf
+TOTALS = (1.0, 3e9, 1e20, HUGE)  # a batch's largest weight: totals past 2**32, float32's max
 
 
 @functools.cache
@@ -986,7 +1024,8 @@ def weighted_program(name):
 def test_weights_of_any_total_give_the_float64_weighted_statistic(name, scale):
     weighted, (_, state, _) = ENTRIES[name].weights, compiled(name)
     inputs = batch_of(name, 2)
-    weights = (weighted.base(*inputs) * np.float32(scale)).astype(np.float32)
+    base = np.asarray(weighted.base(*inputs), np.float64)
+    weights = (base * (scale / base.max())).astype(np.float32)  # the largest is ``scale``
     out = weighted_program(name)(state, weights, *inputs)
     assert_float64(out, weighted.reference(state, weights.astype(np.float64), *inputs))
 
@@ -1022,7 +1061,10 @@ def test_a_state_of_another_placement_is_refused_naming_the_state(name, own, oth
     """Shared, per-environment and per-task states: each refused by the others' functions."""
     entry = ENTRIES[name]
     state = entry.placed(other)[0]
-    with pytest.raises(ValueError, match=r"(state|statistics)\b(.|\n)*(statistics=|num_tasks=)"):
+    # The option is named as ``statistics=...``, ``num_tasks=...`` or the placement's own
+    # spelling, ``Statistics(per_env=True)``.
+    option = r"(statistics=|num_tasks=|Statistics\(per_env=True\))"
+    with pytest.raises(ValueError, match=r"(state|statistics)\b(.|\n)*" + option):
         entry.placed(own)[1][call](state)
 
 

@@ -199,6 +199,16 @@ def test_an_empty_response_counts_in_the_rows_not_in_the_sequences():
         np.testing.assert_allclose(whole, alone * factor, rtol=2e-6, err_msg=f"{convention} {mode}")
 
 
+def test_a_sequence_mean_takes_weights_of_any_total():
+    losses = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]], np.float32)
+    mask = np.array([[1, 1, 1], [1, 1, 0]], np.float32)
+    for convention, mode in (("exact", "seq-mean-token-mean"), ("trl", "grpo")):
+        ones = rn.aggregate_loss(losses, mask, mode, convention=convention)
+        huge = rn.aggregate_loss(losses, mask * 3e38, mode, convention=convention)
+        np.testing.assert_allclose(huge, ones, rtol=1e-6)  # (2 + 4.5) / 2, rows past the max
+        np.testing.assert_allclose(ones, 3.25, rtol=1e-6)
+
+
 def test_no_tokens_gives_each_trainers_number():
     losses, _, _ = batch(seed=3)
     mask = np.zeros((ROWS, TOKENS), np.float32)

@@ -419,6 +419,13 @@ def test_options_are_checked(options, message):
         rn.group_advantages(estimator, **options)
 
 
+@pytest.mark.parametrize("span", ["yes", 1])
+def test_a_span_that_is_not_a_bool_is_a_type_error_with_or_without_an_axis(span):
+    for axis in ({}, {"axis_name": "d"}):
+        with pytest.raises(TypeError, match=rf"groups_span_devices should be a bool.*{span!r}"):
+            rn.group_advantages("grpo", num_groups=4, groups_span_devices=span, **axis)
+
+
 def test_verl_rloo_keeps_a_singletons_reward_and_rloo_vectorized_gives_it_zero():
     # verl-project/verl#7793: the loop and the vectorized RLOO disagree on groups of one.
     rewards = np.array([1.0, 0.0, 1.0, 3.0, 0.5], np.float32)
@@ -457,8 +464,9 @@ def test_gpg_scales_by_the_batch_over_its_nonzero_rewards():
     tiny = rn.group_advantages("gpg", group_size=3, f_norm=1e-30)
     got = tiny.apply(np.array([0, 1, 2], np.float32)).advantages  # alpha 3 / 2
     np.testing.assert_allclose(got, [-1.5e30, 0, 1.5e30], rtol=1e-6)
-    with pytest.raises(ValueError, match=r"f_norm=1e-50 rounds to 0.0 in float32"):
-        rn.group_advantages("gpg", group_size=3, f_norm=1e-50).apply(np.zeros(3, np.float32))
+    for small in (1e-50, 1e-45):  # 1e-45 rounds to a subnormal, which XLA may flush to 0
+        with pytest.raises(ValueError, match=rf"normal in float32.*got f_norm={small}"):
+            rn.group_advantages("gpg", group_size=3, f_norm=small).apply(np.zeros(3, np.float32))
     # verl's group of one keeps alpha r / f_norm; all-zero rewards give alpha B / 1.
     singles = rn.group_advantages("gpg", convention="verl", num_groups=4)
     got = singles.apply(np.array([2.0, 0.0, 0.0, 0.0]), group_ids=np.arange(4)).advantages
@@ -525,6 +533,13 @@ def test_wide_integers_out_of_range_values_and_traced_lengths_give_no_wrong_numb
         rn.group_advantages("gdpo", group_size=2, reward_weights=[1e308, 1.0]).apply(
             np.zeros((4, 2))
         )
+    # Weights whose weighted sum passes the dtype: standardized over the batch, as their
+    # proportions say (weights (1, 1) scaled).
+    scores = np.array([[1, 0], [0, 0], [1, 1], [0, 1]], np.float32)
+    huge = rn.group_advantages("gdpo", group_size=2, reward_weights=(3e38, 3e38)).apply(scores)
+    ones = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 1.0)).apply(scores)
+    assert np.isfinite(huge.advantages).all()
+    np.testing.assert_allclose(huge.advantages, ones.advantages, rtol=1e-6)
 
 
 NEAR_THE_LIMITS = (

@@ -567,6 +567,15 @@ def test_overlong_penalty_under_jit_takes_lengths_from_a_mask():
     np.testing.assert_allclose(fn(mask), [0.0, -0.75, -1.0])
     traced = jax.jit(lambda n: rn.overlong_penalty(n, max_length=10, buffer_length=4))
     assert np.isnan(traced(jnp.array([-1.0]))).all()  # a traced length out of range
+    huge = np.float32(3e38).item()  # a buffer whose float32 reciprocal is subnormal
+    for convention in ("exact", "verl"):
+        near = rn.overlong_penalty(
+            np.array([huge / 4, huge], np.float32),
+            max_length=huge,
+            buffer_length=huge,
+            convention=convention,
+        )
+        np.testing.assert_allclose(near, [-0.25, -1.0], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -422,6 +422,8 @@ def test_loss_under_jit_grad_and_optax_with_targets_as_constants():
     np.testing.assert_allclose(masked, per_row[0], rtol=1e-6)
     weighted = rn.categorical_cross_entropy(logits, targets, weights=jnp.array([0.5, 0.5, 0.0]))
     np.testing.assert_allclose(weighted, (per_row[0] + per_row[1]) / 2, rtol=1e-6)
+    huge = rn.categorical_cross_entropy(logits, targets, weights=jnp.array([3e38, 3e38, 0.0]))
+    np.testing.assert_allclose(huge, (per_row[0] + per_row[1]) / 2, rtol=1e-6)  # total past max
     narrow = rn.categorical_cross_entropy(logits.astype(jnp.bfloat16), targets, reduction="sum")
     assert narrow.dtype == jnp.float32
     np.testing.assert_allclose(narrow, 3 * math.log(11), rtol=1e-6)

@@ -193,6 +193,8 @@ class GroupAdvantageConfig(base.Config):
             checks.check_count("num_groups", self.num_groups, minimum=1, maximum=checks.MAX_TASKS)
 
     def _check_span(self) -> None:
+        if self.groups_span_devices is not None:
+            checks.check_bool("groups_span_devices", self.groups_span_devices)
         if self.num_groups is None or self.axis_name is None:
             if self.groups_span_devices is not None:
                 raise ValueError(
@@ -208,7 +210,6 @@ class GroupAdvantageConfig(base.Config):
                 "summed across the axis) or a group of this device alone "
                 "(groups_span_devices=False: the same id on two devices is two groups)."
             )
-        checks.check_bool("groups_span_devices", self.groups_span_devices)
 
     def _check_standardize_batch(self) -> None:
         checks.check_bool("standardize_batch", self.standardize_batch)
@@ -645,14 +646,24 @@ def _gdpo(config, rules: Convention, groups, rewards) -> GroupAdvantages:
     scores = _estimate(config, "grpo", rules, groups, stats, values)
     scores = _invalid(rules, groups, stats, valid, scores)
     weights = config.reward_weights or (1.0,) * rewards.shape[1]
-    total = scores @ jnp.asarray(weights, rewards.dtype)
+    # verl returns the sum itself; the others standardize it over the batch next, which is
+    # scale invariant: there the weights come scaled by the power of two that brings the
+    # largest into [1, 2) (exactly), so that their sum does not overflow.
+    unit = 1.0 if config.convention == "verl" else _unit(weights)
+    total = scores @ jnp.asarray([weight * unit for weight in weights], rewards.dtype)
     if rules.invalid == "zeroed":  # an answer is left out where no reward function scored it
         total = jnp.where(valid.any(axis=-1), total, jnp.nan)
     total = groups.flat(total)
     zero_variance = groups.flat(_zero(groups, stats, valid).all(axis=-1))
     if config.convention == "verl":  # the batch's whitening comes after, over tokens
         return GroupAdvantages(total, zero_variance)
-    return GroupAdvantages(_over_batch(config, rules, total), zero_variance)
+    return GroupAdvantages(_over_batch(config, rules, total, unit), zero_variance)
+
+
+def _unit(weights: tuple[float, ...]) -> float:
+    """The power of two that brings the largest ``|weight|`` into [1, 2) (1 if all are 0)."""
+    largest = max(abs(weight) for weight in weights)
+    return math.ldexp(1.0, 1 - math.frexp(largest)[1]) if largest > 0 else 1.0
 
 
 def _estimate(
@@ -864,13 +875,17 @@ def _gpg_alpha(config, rules: Convention, groups, values) -> jax.Array:
     return whole.rows(answers / jnp.maximum(nonzero, 1)).astype(rewards.dtype)
 
 
-def _over_batch(config, rules: Convention, values: jax.Array) -> jax.Array:
-    """``values`` standardized over the batch's finite ones; the others as the convention has."""
+def _over_batch(config, rules: Convention, values: jax.Array, unit: float = 1.0) -> jax.Array:
+    """``values`` standardized over the batch's finite ones; the others as the convention has.
+
+    ``unit``: ``values`` are in units of ``unit`` times the advantages' (a power of two), so
+    the epsilon is too.
+    """
     whole = layouts.Whole(config.axis_name)
     valid = jnp.isfinite(values)
     batch = moments(whole, values, valid, scaled=True)
     spread = _with_epsilon(
-        config, whole.rows(moment_variance(batch, config.ddof)), whole.rows(batch.scale)
+        config, whole.rows(moment_variance(batch, config.ddof)), whole.rows(batch.scale) * unit
     )
     standardized = jnp.where(
         whole.rows(batch.constant), 0, deviations(whole, batch, values) / spread
@@ -927,7 +942,7 @@ def _check_inputs(config: GroupAdvantageConfig, rewards, group_ids, lengths):
     if config.estimator == "gdpo":
         _check_functions(config, rewards)
     if config.f_norm is not None:
-        checks.check_fits("f_norm", config.f_norm, dtype)
+        checks.check_positive("f_norm", config.f_norm, dtype)
     if config.group_size is not None:
         _check_contiguous(config, config.group_size, answers, group_ids)
     else:

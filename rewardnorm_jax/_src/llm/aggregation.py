@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.llm.whiten import broadcast_to_mask
 from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats.summation import power_of_two
 
 COUNTS = ("one", "tokens", "sequences", "rows")
 """What :math:`D` counts: nothing (1), :math:`N`, :math:`S` (non-empty sequences) or :math:`B`."""
@@ -253,18 +254,26 @@ def aggregate_loss(
     else:  # a divisor of 0 (no tokens): the loss 0, with a gradient of 0
         scale = jnp.where(total == 0, 0, 1 / jnp.where(total == 0, 1, total))
     if divisor.per_sequence:
-        scale = scale / _sequence_divisor(rules, tokens)
+        # w / r_b is scale invariant in a row: each row's weights come scaled by the power of
+        # two that brings its largest into [1, 2) (exactly; the convention's epsilon and floor
+        # with them), so that a row of weights of any total sums without overflow.
+        unit = 2 * power_of_two(jnp.max(weights, axis=-1, initial=0))
+        weights = weights * unit[..., None]
+        scale = scale / _sequence_divisor(rules, weights.sum(axis=-1), unit)
     # Each token's weight in the loss, its gradient: w / (r_b D). Dividing before the sum
     # keeps a mean of large losses from overflowing.
     weighting = weights * jnp.reshape(scale, (-1, 1))
     return jnp.sum(jnp.where(weights != 0, losses, 0) * weighting)
 
 
-def _sequence_divisor(rules: AggregationConvention, tokens: jax.Array) -> jax.Array:
-    """Each sequence's :math:`r_b`: its token weight, guarded; 1 for an empty one (its sum is 0)."""
-    divisor = tokens + rules.sequence_epsilon
+def _sequence_divisor(rules: AggregationConvention, tokens: jax.Array, unit) -> jax.Array:
+    """Each sequence's :math:`r_b`: its token weight, guarded; 1 for an empty one (its sum is 0).
+
+    ``tokens`` are in units of ``unit`` (a power of two per row), and so are the guards.
+    """
+    divisor = tokens + rules.sequence_epsilon * unit
     if rules.sequence_floor:
-        divisor = jnp.maximum(divisor, rules.sequence_floor)
+        divisor = jnp.maximum(divisor, rules.sequence_floor * unit)
     return jnp.where(divisor == 0, 1, divisor)
 
 

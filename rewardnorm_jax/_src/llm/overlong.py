@@ -81,7 +81,11 @@ def overlong_penalty(
     checks.check_positive("buffer_length", buffer_length, lengths.dtype)
     checks.check_fits("penalty_factor", float(penalty_factor), lengths.dtype, may_vanish=True)
     lengths = checks.as_lengths("lengths", lengths, lengths.dtype)
-    excess = (lengths - (max_length - buffer_length)) / buffer_length
+    # XLA divides by a scalar as a product with its reciprocal, subnormal (flushed to 0) for
+    # a buffer past 2**126: both sides are first scaled by the power of two that brings the
+    # buffer into [2, 4) (exactly, by a normal number; a buffer below 2 is left as it is).
+    unit = min(1.0, math.ldexp(1.0, 2 - math.frexp(buffer_length)[1]))
+    excess = (lengths - (max_length - buffer_length)) * unit / (buffer_length * unit)
     capped = convention in ("exact", "openrlhf")
     excess = jnp.clip(excess, 0, 1 if capped else None)
     return 0 - penalty_factor * excess  # +0.0, not -0.0, within the limit

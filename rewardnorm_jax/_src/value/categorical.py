@@ -34,6 +34,7 @@ from flax import struct
 
 from rewardnorm_jax._src.core import checks
 from rewardnorm_jax._src.stats import running as rs
+from rewardnorm_jax._src.stats.summation import power_of_two
 from rewardnorm_jax._src.value.transforms import symexp, symlog
 
 SPACES = ("value", "symlog")
@@ -433,6 +434,10 @@ def _cross_entropy(logits, targets, weights, reduction: str) -> jax.Array:
     # A target of exactly 0 contributes 0, even where its log-probability is -inf.
     losses = -jnp.sum(jnp.where(targets == 0, 0, targets * log_probs), axis=-1)
     if weights is not None:
+        if reduction == "mean":
+            # The mean is scale invariant: scaled by the power of two that brings the largest
+            # into [1, 2) (exactly), weights of any total sum without overflow.
+            weights = weights * (2 * power_of_two(jnp.max(weights, initial=0)))
         losses = jnp.where(weights != 0, losses * weights, 0)
     if reduction == "none":
         return losses
