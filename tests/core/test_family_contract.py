@@ -224,11 +224,14 @@ def group(estimator, convention="exact", ragged=False, **levels):
     if estimator == "gpg":
         hyperparameters["f_norm"] = 1.0
         near += [Near({"f_norm": HUGE}), Near({"f_norm": TINY})]
-    flags = ("standardize_batch", "groups_span_devices") if ragged else ("standardize_batch",)
+    flags: tuple[str, ...] = ("standardize_batch",)
+    if ragged:
+        flags += ("groups_span_devices",)
     # The estimators built on the normalization levels, and the conventions that only set
     # their arithmetic: their epsilon, rloo_std's floor, the levels' leave_one_out.
     if estimator in ("normalized", "maxrl", "rloo_std") or convention == "roll":
-        config = rn.group_advantages(estimator, convention=convention, **{size: 4}, **levels)
+        sized: dict[str, Any] = {size: 4}
+        config = rn.group_advantages(estimator, convention=convention, **sized, **levels)
         hyperparameters["epsilon"] = config.config.epsilon
         near += [Near({"epsilon": TINY}), Near({"epsilon": HUGE})]
     if estimator == "rloo_std":

@@ -421,9 +421,9 @@ def test_options_are_checked(options, message):
 
 @pytest.mark.parametrize("span", ["yes", 1])
 def test_a_span_that_is_not_a_bool_is_a_type_error_with_or_without_an_axis(span):
-    for axis in ({}, {"axis_name": "d"}):
+    for axis_name in (None, "d"):
         with pytest.raises(TypeError, match=rf"groups_span_devices should be a bool.*{span!r}"):
-            rn.group_advantages("grpo", num_groups=4, groups_span_devices=span, **axis)
+            rn.group_advantages("grpo", num_groups=4, groups_span_devices=span, axis_name=axis_name)
 
 
 def test_verl_rloo_keeps_a_singletons_reward_and_rloo_vectorized_gives_it_zero():
