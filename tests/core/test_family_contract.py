@@ -86,14 +86,16 @@ class Weighted:
     ``run(state, weights, *inputs)`` gives the outputs to check; ``reference(state,
     weights, *inputs)`` the same in float64 NumPy; ``base(*inputs)`` weights of 1 (and 0
     where the entry's own mask leaves a position out), scaled by every case. A traced
-    weight that is NaN or negative makes the outputs NaN, or, with ``left_out``, leaves
-    its entry out as a weight of 0 would (the documented rule of statistics states).
+    weight that is NaN or negative makes the outputs NaN. With ``statistics``, ``run``
+    gives ``(outputs, statistics)``: the outputs are NaN in that weight's entry (their
+    leading axis) and the reference's for a weight of 0 elsewhere, and the statistics
+    leave the entry out as a weight of 0 would (NaN never enters a state).
     """
 
     run: Callable
     reference: Callable
     base: Callable
-    left_out: bool = False
+    statistics: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,7 +455,7 @@ def observations(preset, tree=False, **options):
         "observation",
         differentiable=True,
         finite_inputs=finite_inputs,
-        weights=Weighted(weighted, reference, _observation_weights, left_out=True),
+        weights=Weighted(weighted, reference, _observation_weights, statistics=True),
         placements=tuple(PLACEMENTS),
         placed=placed,
         hyperparameters=hyperparameters,
@@ -1044,8 +1046,16 @@ def test_a_traced_nan_or_negative_weight_gives_nan(name, bad):
     spoiled, zeroed = weights.copy(), weights.copy()
     spoiled.flat[first], zeroed.flat[first] = bad, 0.0
     out = weighted_program(name)(state, spoiled, *inputs)
-    if weighted.left_out:
-        assert_float64(out, weighted.reference(state, zeroed.astype(np.float64), *inputs))
+    if weighted.statistics:
+        (out, stats), (outputs, statistics) = (
+            out,
+            weighted.reference(state, zeroed.astype(np.float64), *inputs),
+        )
+        assert_float64(stats, statistics)
+        for leaf in floating(out):
+            assert np.isnan(leaf[first]).all(), (name, out)
+        others = functools.partial(np.delete, obj=first, axis=0)
+        assert_float64(jax.tree.map(others, out), jax.tree.map(others, outputs))
         return
     for leaf in floating(out):
         assert np.isnan(leaf).any(), (name, out)

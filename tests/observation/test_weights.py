@@ -61,7 +61,7 @@ def test_integer_weights_are_the_entries_repeated():
     np.testing.assert_allclose(weighted.stats.var, again.stats.var, rtol=1e-5)
 
 
-def test_weight_zero_is_active_false_and_bad_traced_weights_weigh_zero():
+def test_weight_zero_is_active_false_and_bad_traced_weights_weigh_zero_in_the_statistics():
     rng = np.random.default_rng(2)
     state = UPDATE(NORM.init(jnp.zeros(DIM)), observations(rng), weights=np.ones(N, np.float32))
     # Multiples of 1/4 sum exactly, in any order: each form of the merge gives the same bits.
@@ -72,9 +72,15 @@ def test_weight_zero_is_active_false_and_bad_traced_weights_weigh_zero():
     assert_same_bits(
         UPDATE(state, obs, active=~zero, weights=np.where(zero, 5.0, weights)), expected
     )
-    # Traced, a negative or non-finite weight cannot be refused: it weighs 0, never NaN.
+    # Traced, a negative or non-finite weight cannot be refused: the statistics weigh it 0
+    # (NaN never enters them), and step's output is NaN in its entry.
     bad = np.where(zero, np.resize([-1.0, np.nan, np.inf], N), weights).astype(np.float32)
     assert_same_bits(UPDATE(state, obs, weights=bad), expected)
+    out, stepped = jax.jit(NORM.step)(state, obs, weights=bad)
+    zero_out, zero_stepped = jax.jit(NORM.step)(state, obs, weights=weights)
+    assert_same_bits(stepped, zero_stepped)
+    assert np.isnan(out[zero]).all()
+    assert_same_bits(out[~zero], zero_out[~zero])
     # 0/1 weights are the active flags, summed alike.
     with summation.everywhere("plain"):
         plain = jax.jit(lambda *args, **options: NORM.update(*args, **options))
@@ -94,6 +100,40 @@ def test_fractional_weights_join_as_their_rounded_total():
     assert (rn.count_as_int(state.stats) == np.round(weights.sum())).all()
     light = np.full(N, 0.4 / N, np.float32)  # a total below 1/2 rounds to no sample
     assert_same_bits(UPDATE(state, obs, weights=light), state)
+
+
+@pytest.mark.parametrize(
+    "statistics",
+    [rn.Statistics(), rn.Statistics(per_env=True), rn.Statistics(num_tasks=2)],
+    ids=["shared", "per_env", "tasks"],
+)
+@pytest.mark.parametrize("bad", [np.nan, -1.0, np.inf], ids=["nan", "negative", "inf"])
+def test_a_bad_traced_weight_makes_its_entry_nan_in_every_floating_leaf(statistics, bad):
+    """Pytree observations: the entry's floating leaves NaN, its integers unchanged."""
+    norm = rn.normalize_observation("brax", statistics=statistics)
+    task = {"task": np.array([0, 1, 1, 0], np.int32)} if statistics.num_tasks else {}
+    rng = np.random.default_rng(5)
+    obs = {
+        "pos": observations(rng, n=4),
+        "speed": rng.standard_normal(4).astype(np.float32),
+        "cell": np.arange(4, dtype=np.int32),
+    }
+    example = jax.tree.map(lambda leaf: leaf[0], obs)
+    state = norm.init(example, (4,) if statistics.per_env else ())
+    weights = np.array([1.0, 2.0, 1.0, 3.0], np.float32)
+    spoiled, zeroed = weights.copy(), weights.copy()
+    spoiled[1], zeroed[1] = bad, 0.0
+    step = jax.jit(lambda state, obs, weights: norm.step(state, obs, weights=weights, **task))
+    out, stepped = step(state, obs, spoiled)
+    zero_out, zero_stepped = step(state, obs, zeroed)
+    assert_same_bits(stepped, zero_stepped)
+    assert np.isnan(out["pos"][1]).all()
+    assert np.isnan(out["speed"][1])
+    np.testing.assert_array_equal(out["cell"], obs["cell"])
+    keep = np.arange(4) != 1
+    assert_same_bits(
+        jax.tree.map(lambda leaf: leaf[keep], out), jax.tree.map(lambda leaf: leaf[keep], zero_out)
+    )
 
 
 @pytest.mark.parametrize(

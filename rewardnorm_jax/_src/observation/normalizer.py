@@ -755,12 +755,13 @@ def _check_weights(config: ObservationConfig, weights, batch_shape):
 
 
 def _update(config, state, observations, update_stats, active, weights, task):
+    """The merged state, and ``weights`` checked (NaN where a traced one is refused)."""
     pairs, treedef, batch_shape = _pairs(config, state, observations, "observations")
     active = _check_active(active, batch_shape)
     weights = _check_weights(config, weights, batch_shape)
     task = _task_ids(config, task, batch_shape)
     if isinstance(update_stats, (bool, np.bool_)) and not update_stats:
-        return state  # frozen by a Python flag: nothing to compile
+        return state, weights  # frozen by a Python flag: nothing to compile
     merge = _merge if task is None else functools.partial(_merge_per_task, task=task)
     merged = [
         merge(
@@ -778,7 +779,7 @@ def _update(config, state, observations, update_stats, active, weights, task):
         )
         for leaf, stats in pairs
     ]
-    return state.replace(stats=treedef.unflatten(merged))
+    return state.replace(stats=treedef.unflatten(merged)), weights
 
 
 def update(config: ObservationConfig, state, observations, *, active=None, weights=None, task=None):
@@ -811,7 +812,7 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
     ``active=False`` for its entry; ``active`` and ``weights`` together both
     apply. Concrete weights are checked; a traced weight that is negative or
     not finite leaves its entry out, as a weight of 0 (NaN never enters the
-    statistics).
+    statistics), and makes the entry's output of ``step`` NaN.
 
     Raises:
       ValueError: for ``active`` or ``weights`` not of the batch shape, or a
@@ -826,7 +827,7 @@ def update(config: ObservationConfig, state, observations, *, active=None, weigh
       >>> float(state.stats.mean[()]), int(state.stats.sample_count[()])
       (2.0, 3)
     """
-    return _update(config, state, observations, True, active, weights, task)
+    return _update(config, state, observations, True, active, weights, task)[0]
 
 
 def std(config: ObservationConfig, stats: rs.RunningStats) -> jax.Array:
@@ -948,12 +949,36 @@ def step(
     weights=None,
     task=None,
 ):
-    """``update`` and ``apply`` in the preset's order; ``(observations, state)``."""
+    """``update`` and ``apply`` in the preset's order; ``(observations, state)``.
+
+    An entry whose traced weight is negative or not finite is NaN in the
+    output (each floating leaf), and left out of the statistics.
+    """
     checks.check_update_stats(update_stats)
-    new_state = _update(config, state, observations, update_stats, active, weights, task)
+    new_state, weights = _update(config, state, observations, update_stats, active, weights, task)
     if config.normalize_first:
-        return apply(config, state, observations, task=task), new_state
-    # The barrier keeps the merge out of the normalization's fused loop, which XLA:CPU
-    # otherwise recomputes per entry (2.2x the step's time at N = 4096, 17 features).
-    barrier = jax.lax.optimization_barrier(new_state)
-    return apply(config, barrier, observations, task=task), new_state
+        normalized = apply(config, state, observations, task=task)
+    else:
+        # The barrier keeps the merge out of the normalization's fused loop, which XLA:CPU
+        # otherwise recomputes per entry (2.2x the step's time at N = 4096, 17 features).
+        barrier = jax.lax.optimization_barrier(new_state)
+        normalized = apply(config, barrier, observations, task=task)
+    if weights is not None:
+        normalized = _nan_where_refused(normalized, weights)
+    return normalized, new_state
+
+
+def _nan_where_refused(observations, weights):
+    """``observations`` with each floating leaf NaN in the entries whose weight is NaN.
+
+    ``weights`` are checked (:func:`_check_weights`): NaN marks a traced weight
+    refused. Integer and boolean leaves pass unchanged.
+    """
+    refused = jnp.isnan(weights)
+
+    def leaf_of(leaf):
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.inexact):
+            return leaf
+        return jnp.where(checks.spread(refused, jnp.shape(leaf)), jnp.nan, leaf)
+
+    return jax.tree.map(leaf_of, observations)
