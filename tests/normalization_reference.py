@@ -178,10 +178,10 @@ def nemo_rloo_std(rewards, prompts, epsilon=1e-6, floor=0.0):
 
 
 def leave_one_out_std(rewards, group_size):
-    """``rloo_std`` (no epsilon) in float64, each answer's others summed exactly twice over.
+    r"""``rloo_std`` (no epsilon) in float64, the others' mean and spread in two exact sums.
 
-    :math:`(r_i - \\bar r_{-i}) / \\sigma_{-i}`, undivided where :math:`\\sigma_{-i} = 0`;
-    the others' mean, then their squared deviations from it, by ``math.fsum``.
+    :math:`(r_i - \bar r_{-i}) / \sigma_{-i}`, undivided where :math:`\sigma_{-i} = 0`;
+    the others' mean, then their squared deviations from it, each by ``math.fsum``.
     """
     out = []
     for start in range(0, len(rewards), group_size):
