@@ -19,6 +19,8 @@ Snapshots read:
 Upstream computes in float32 (torch) or float64 (AReaL's high_precision); these are float64.
 """
 
+import math
+
 import numpy as np
 
 
@@ -173,6 +175,23 @@ def nemo_rloo_std(rewards, prompts, epsilon=1e-6, floor=0.0):
     divided = std > floor
     advantages[divided] = advantages[divided] / (std[divided] + epsilon)
     return advantages
+
+
+def leave_one_out_std(rewards, group_size):
+    r"""``rloo_std`` (no epsilon) in float64, the others' mean and spread in two exact sums.
+
+    :math:`(r_i - \bar r_{-i}) / \sigma_{-i}`, undivided where :math:`\sigma_{-i} = 0`;
+    the others' mean, then their squared deviations from it, each by ``math.fsum``.
+    """
+    out = []
+    for start in range(0, len(rewards), group_size):
+        group = [float(r) for r in rewards[start : start + group_size]]
+        for i, reward in enumerate(group):
+            others = group[:i] + group[i + 1 :]
+            mean = math.fsum(others) / len(others)
+            std = math.sqrt(math.fsum((r - mean) ** 2 for r in others) / (len(others) - 1))
+            out.append((reward - mean) / std if std > 0 else reward - mean)
+    return np.array(out)
 
 
 def verl_gpg_alpha(answers, nonzero):

@@ -768,6 +768,21 @@ def test_rloo_std_matches_nemo_rl_with_its_zero_std_skip_and_floor(dtype):
     np.testing.assert_allclose(got.advantages[:4], [1, -0.5773497, -0.5773497, -0.5773497], 1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rloo_std_keeps_the_spread_of_near_equal_others_beside_a_far_answer(dtype):
+    groups = [[1000, 0, 0, 1e-3], [5, 1, 1.0001, 1], [100, 3, 3.1, 2.9, 3.05], [1, 0, 0, 0.001]]
+    if dtype == "float64":
+        groups.append([1e8, 0, 0, 1e-3])
+    rtol = 1e-5 if dtype == "float32" else 1e-10
+    with jax.enable_x64(dtype == "float64"):
+        for group in groups:
+            rewards = np.array(group, dtype)
+            estimator = rn.group_advantages("rloo_std", group_size=len(group))
+            got = jax.jit(estimator.apply)(rewards).advantages
+            want = knobs.leave_one_out_std(rewards, len(group))
+            np.testing.assert_allclose(got, want, rtol=rtol, err_msg=str(group))
+
+
 def test_gpg_alpha_is_verls_float32_reciprocal_times_the_batch():
     for answers in (6, 10, 14, 26):
         apply = jax.jit(rn.group_advantages("gpg", convention="verl", group_size=2).apply)

@@ -823,13 +823,16 @@ def _rloo_std(config, groups, stats, values, advantages, scale):
     :math:`A_i = (r_i - \bar r_{-i}) / (\sigma_{-i} + \epsilon)` where the
     others' (ddof-1) standard deviation :math:`\sigma_{-i}` is above
     ``std_floor``, else :math:`r_i - \bar r_{-i}` (NeMo's zero-std skip). The
-    others' sum of squares is :math:`S - \frac{n}{n-1}(r_i - \bar r)^2`; they are
-    constant (:math:`\sigma_{-i} = 0` exactly) when the group is, or when
-    :math:`r_i` is its one value apart from the others'.
+    others are constant (:math:`\sigma_{-i} = 0` exactly) when the group is, or
+    when :math:`r_i` is its one value apart from the others'.
     """
     valid = jnp.isfinite(values)
     count = groups.rows(stats.valid_count)
-    centred = advantages * (count / (count - 1))  # r_i minus the others' mean, at the scale
+    if isinstance(groups, layouts.Contiguous):
+        centred, others = _others_deviations(groups, stats, values, valid, count)
+    else:  # S - n / (n - 1) (r_i - mean)^2: cancels where r_i is far from near-equal others
+        centred = advantages * (count / (count - 1))  # r_i minus the others' mean, at the scale
+        others = jnp.maximum(groups.rows(stats.squares) - advantages * centred, 0)
     largest = groups.largest(values, valid)
     smallest = -groups.largest(-values, valid)
     at_max = valid & (values == groups.rows(largest))
@@ -839,12 +842,31 @@ def _rloo_std(config, groups, stats, values, advantages, scale):
     alone = (at_max & (maxima == 1) & (minima == count - 1)) | (
         at_min & (minima == 1) & (maxima == count - 1)
     )
-    others = jnp.maximum(groups.rows(stats.squares) - advantages * centred, 0)
     others_std = jnp.sqrt(others / (count - 2))
     constant = groups.rows(stats.constant) | alone | (count <= 2)
     divided = ~constant & (others_std > config.std_floor * scale)
     spread = jnp.where(divided, others_std + config.epsilon * scale, scale)
     return centred / spread
+
+
+def _others_deviations(groups, stats, values, valid, count):
+    r"""Each answer's :math:`r_i - \bar r_{-i}` and its others' sum of squared deviations.
+
+    Both at the group's scale, taken directly over the group's :math:`G \times G`
+    block with the answer itself masked out (as NeMo RL's leave-one-out mask does),
+    in two passes: :math:`\bar r_{-i} = \sum_{j \ne i} r_j / (n - 1)`, then
+    :math:`\sum_{j \ne i} (r_j - \bar r_{-i})^2`. No large nearly equal totals
+    are subtracted, so an answer far from its near-equal others keeps their spread
+    (:math:`[1000, 0, 0, 10^{-3}]`: :math:`\sigma_{-1} = 5.77 \times 10^{-4}`).
+    """
+    size = groups.size
+    at_scale = jnp.where(valid, values * groups.rows(stats.scale), 0)  # exact: a power of two
+    others_of = ~jnp.eye(size, dtype=bool).reshape(1, size, size, *(1,) * (values.ndim - 2))
+    others_of = others_of & valid[:, None, :]  # [p, i, j]: whether j is one of i's others
+    block = jnp.where(others_of, at_scale[:, None, :], 0)
+    mean = jnp.sum(block, axis=2) / (count - 1)
+    spread = jnp.where(others_of, block - mean[:, :, None], 0)
+    return at_scale - mean, jnp.sum(spread * spread, axis=2)
 
 
 def _overflowed(advantages: jax.Array) -> jax.Array:
