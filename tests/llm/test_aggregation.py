@@ -385,6 +385,23 @@ def test_options_and_inputs_are_checked_by_name(call, error, message):
         )
 
 
+def test_luspo_refuses_per_token_losses_which_trl_averages_over_every_position():
+    losses = np.arange(6.0).reshape(2, 3)
+    mask = np.array([[1, 1, 0], [1, 0, 0]], bool)
+    # TRL's luspo with per-token losses: (1 / (B T)) sum_bt n_b x_bt, every position, not a
+    # (1 / B) sum_b n_b x_b.
+    assert reference.trl_loss(losses, mask, "luspo") == pytest.approx((2 * 3 + 1 * 12) / 6)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "losses has shape (2, 3); mode='luspo' takes one loss per sequence, shape (2, 1)"
+        ),
+    ):
+        rn.aggregate_loss(losses, mask, "luspo", convention="trl")
+    per_sequence = rn.aggregate_loss(losses[:, :1], mask, "luspo", convention="trl")
+    np.testing.assert_allclose(per_sequence, reference.trl_loss(losses[:, :1], mask, "luspo"))
+
+
 def test_a_count_of_a_mode_without_one_is_refused():
     with pytest.raises(
         ValueError, match="mode='token-sum' under convention='verl' divides by no count"

@@ -713,6 +713,35 @@ def test_running_statistics_per_domain_match_rolls_pipeline_over_a_stream(dtype)
             np.testing.assert_array_equal(restored.stats.moments, state.stats.moments)
 
 
+def test_a_domains_first_single_reward_gets_rolls_advantage_0():
+    # ROLL's prior (count 1e-24, variance 1) makes one reward's unbiased std inf, not 0 / 0.
+    rewards, domains = np.array([1.0, 2, 3, 4], np.float32), np.array([0, 0, 1, 0])
+    want = knobs.roll_stream([rewards], [domains], 1, "running", "running", 2)[0]
+    assert want[2] == 0
+    roll = rn.group_advantages(
+        mean="running", std="running", convention="roll", group_size=1, num_domains=2
+    )
+    step, init = _stateful(roll)
+    _levels_close(step(init(), rewards, domains=domains)[0].advantages, want, "float32")
+    exact = rn.group_advantages(mean="running", std="running", group_size=1, num_domains=2)
+    step, init = _stateful(exact)
+    assert np.isnan(step(init(), rewards, domains=domains)[0].advantages[2])
+
+
+def test_a_batch_level_per_domain_is_one_running_estimator_per_domain():
+    rewards = np.array([1.0, 0, 5, 7, 1, 1, 6, 9], np.float32)
+    domains = np.array([0, 0, 1, 1, 0, 0, 1, 1])
+    for mean, std in [("batch", "running"), ("running", "batch")]:
+        want = knobs.roll_stream([rewards], [domains], 2, mean, std, 2)[0]
+        got = np.zeros_like(want)
+        for d in (0, 1):
+            part = domains == d
+            alone = rn.group_advantages(mean=mean, std=std, convention="roll", group_size=2)
+            step, init = _stateful(alone)
+            got[part] = step(init(), rewards[part])[0].advantages
+        _levels_close(got, want, "float32")
+
+
 def test_running_statistics_merge_across_devices_as_one_batch():
     rewards, domains = _stream(np.random.default_rng(1), batches=1)[0]
     estimator = rn.group_advantages(
@@ -823,6 +852,17 @@ def test_the_named_estimators_are_presets_of_the_levels():
         ({"estimator": "grpo", "epsilon": -1.0}, r"epsilon should be a finite number >= 0"),
         ({"estimator": "grpo", "epsilon_at": "var"}, r"epsilon_at should be one of 'std'"),
         ({"estimator": "grpo", "num_domains": 2}, r"num_domains=2 keys running statistics"),
+        (
+            {"mean": "batch", "std": "running", "num_domains": 2},
+            r"mean='batch' and std='running' with num_domains=2: a batch level",
+        ),
+        (
+            {"mean": "running", "std": "batch", "num_domains": 2},
+            r"mean='running' and std='batch' with num_domains=2: a batch level",
+        ),
+        ({"estimator": "maxrl", "convention": "verl"}, r"has no estimator 'maxrl'"),
+        ({"estimator": "rloo_std", "convention": "verl"}, r"has no estimator 'rloo_std'"),
+        ({"mean": "group", "std": "group", "convention": "verl"}, r"has no estimator 'normalized'"),
         ({"estimator": "grpo", "std_floor": 1e-3}, r"std_floor is for estimator='rloo_std'"),
         ({"estimator": "maxrl", "convention": "areal"}, r"has no estimator 'maxrl'"),
     ],

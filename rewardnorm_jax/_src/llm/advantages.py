@@ -140,6 +140,12 @@ class GroupAdvantageConfig(base.Config):
                 checks.check_count(
                     "num_domains", self.num_domains, minimum=1, maximum=checks.MAX_TASKS
                 )
+                if "batch" in (mean, std):
+                    raise ValueError(
+                        f"mean={mean!r} and std={std!r} with num_domains={self.num_domains!r}: "
+                        "a batch level would take every domain's rewards; build one estimator "
+                        "per domain (num_domains=None) and step each on its domain's rewards."
+                    )
         elif self.num_domains is not None:
             raise ValueError(
                 f"num_domains={self.num_domains!r} keys running statistics: it is for "
@@ -588,7 +594,10 @@ def _running_estimator(config: GroupAdvantageConfig) -> GroupAdvantageEstimator:
 
 
 def _apply_running(config, state, rewards, group_ids, domains) -> GroupAdvantages:
-    mean_high, mean_low, spread = domain_stats.read(state, domains, config.ddof, rewards.dtype)
+    first_std = CONVENTIONS[config.convention].first_running_std
+    mean_high, mean_low, spread = domain_stats.read(
+        state, domains, config.ddof, first_std, rewards.dtype
+    )
     incomplete = None
     if CONVENTIONS[config.convention].invalid == "spreads":  # a NaN makes its domain's NaN
         invalid = (~jnp.isfinite(rewards)).astype(rewards.dtype)

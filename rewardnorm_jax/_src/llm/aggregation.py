@@ -47,12 +47,15 @@ class Divisor:
       length: whether :math:`D` is multiplied by the length :math:`L`.
       count_floor: :math:`D` is :math:`\max(\text{count}, \text{floor})`
         before the length (0: no floor).
+      sequence_losses: whether the mode takes one loss per sequence,
+        ``(B, 1)``, and refuses per-token losses.
     """
 
     count: str
     per_sequence: bool = False
     length: bool = False
     count_floor: float = 0.0
+    sequence_losses: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +103,7 @@ AGGREGATIONS = {
                 "bnpo": Divisor("tokens", count_floor=1.0),
                 "dr_grpo": Divisor("rows", length=True),
                 "dapo": Divisor("tokens", count_floor=1.0),
-                "luspo": Divisor("rows"),
+                "luspo": Divisor("rows", sequence_losses=True),
             },
             sequence_floor=1.0,
         ),
@@ -151,7 +154,8 @@ def aggregate_loss(
       :math:`r_b = \max(n_b, 1), D = B`; ``"bnpo"`` and ``"dapo"``
       :math:`D = \max(N, 1)`; ``"dr_grpo"`` :math:`D = B L` (``length``:
       its ``max_completion_length``); ``"luspo"`` :math:`D = B` (its
-      sequence-level losses as ``(B, 1)``: :math:`\frac1B \sum_b n_b x_b`).
+      sequence-level losses as ``(B, 1)``: :math:`\frac1B \sum_b n_b x_b`;
+      per-token losses are refused, which TRL averages differently).
     * ``"tunix"`` (``aggregate_loss``, ``loss_agg_mode``):
       ``"token-mean"`` :math:`D = \max(N, 1)`;
       ``"sequence-mean-token-mean"`` :math:`r_b = \max(n_b, 1), D = \max(S, 1)`;
@@ -240,7 +244,7 @@ def aggregate_loss(
         )
     axis_name = rs.check_axis_name(axis_name)
     rs.participants(axis_name)  # an unbound axis_name is named before any collective
-    losses, weights = _check_inputs(losses, mask)
+    losses, weights = _check_inputs(losses, mask, divisor, mode)
     tokens = weights.sum(axis=-1)
     total = _check_count(count, weights.dtype, divisor)
     if total is None:
@@ -350,10 +354,15 @@ def _check_mask(mask, dtype) -> jax.Array:
     return weights
 
 
-def _check_inputs(losses, mask) -> tuple[jax.Array, jax.Array]:
+def _check_inputs(losses, mask, divisor: Divisor, mode: str) -> tuple[jax.Array, jax.Array]:
     """Floating ``losses`` broadcast to the mask's ``(B, T)``, and the mask as weights."""
     losses = checks.as_floating("losses", losses)
     weights = _check_mask(mask, losses.dtype)
+    if divisor.sequence_losses and losses.shape[-1:] != (1,):
+        raise ValueError(
+            f"losses has shape {losses.shape}; mode={mode!r} takes one loss per sequence, "
+            f"shape ({weights.shape[0]}, 1)."
+        )
     return broadcast_to_mask("losses", losses, weights, "loss"), weights
 
 

@@ -10,6 +10,7 @@ exact value, 0.
 """
 
 import dataclasses
+import math
 
 ESTIMATORS = (
     "grpo",
@@ -88,6 +89,11 @@ class Convention:
       estimators: the estimators the trainer has.
       centring: see above (``"own"`` but for AReaL's).
       epsilon_at: ``"std"`` (every trainer's) or ``"variance"``.
+      first_running_std: the running standard deviation of a domain that
+        has seen ``ddof`` rewards or fewer (but one at least): NaN, or
+        ``inf`` (ROLL: its prior of count :math:`10^{-24}` makes the unbiased
+        variance of one reward a positive number over 0), so that its
+        advantage is 0.
     """
 
     name: str
@@ -98,6 +104,7 @@ class Convention:
     estimators: tuple[str, ...]
     centring: str = "own"
     epsilon_at: str = "std"
+    first_running_std: float = math.nan
 
 
 CONVENTIONS = {
@@ -107,9 +114,23 @@ CONVENTIONS = {
         Convention(
             "trl", 1, 1e-4, "zero", "zeroed", ("grpo", "dr_grpo", "batch_std", "rloo", "gdpo")
         ),
-        # verl has every estimator but TRL's batch standard deviation.
+        # verl's core_algos: the estimators up to gpg, but TRL's batch standard deviation.
         Convention(
-            "verl", 1, 1e-6, "own", "spreads", tuple(e for e in ESTIMATORS if e != "batch_std")
+            "verl",
+            1,
+            1e-6,
+            "own",
+            "spreads",
+            (
+                "grpo",
+                "dr_grpo",
+                "rloo",
+                "rloo_vectorized",
+                "opo",
+                "reinforce_pp_baseline",
+                "gdpo",
+                "gpg",
+            ),
         ),
         Convention("tunix", 1, 1e-6, "refused", "spreads", ("grpo", "dr_grpo", "rloo")),
         Convention(
@@ -134,7 +155,13 @@ CONVENTIONS = {
         # alibaba/ROLL 8eb27cc2dc34c4d1310b169d9b86d339004d811a, roll/utils/functionals.py
         # reward_norm: eps 1e-6, torch.std about each set's own mean.
         Convention(
-            "roll", 1, 1e-6, "formula", "spreads", ("normalized", "grpo", "dr_grpo", "batch_std")
+            "roll",
+            1,
+            1e-6,
+            "formula",
+            "spreads",
+            ("normalized", "grpo", "dr_grpo", "batch_std"),
+            first_running_std=math.inf,
         ),
         # NovaSky-AI/SkyRL a9564572eb8e91076be43c1bd5e4615e3de17265,
         # skyrl/backends/skyrl_train/utils/ppo_utils.py compute_maxrl_advantage.

@@ -50,18 +50,24 @@ def update(state: DomainStatistics, rewards, domains, axis_name) -> DomainStatis
     return DomainStatistics(stats=merged)
 
 
-def read(state: DomainStatistics, domains, ddof: int, dtype) -> tuple[jax.Array, ...]:
+def read(
+    state: DomainStatistics, domains, ddof: int, first_std: float, dtype
+) -> tuple[jax.Array, ...]:
     """Each answer's domain mean (two words) and standard deviation, in ``dtype``.
 
-    With ``ddof`` delta degrees of freedom: NaN for a domain of ``ddof`` rewards
-    or fewer (ROLL's ``var * n / (n - 1)`` of one reward is ``0 / 0``).
+    With ``ddof`` delta degrees of freedom; a domain of ``ddof`` rewards or
+    fewer (but one at least) has the standard deviation ``first_std`` (the
+    convention's: NaN, or ROLL's inf, whose prior of count :math:`10^{-24}`
+    and variance 1 makes ``var * n / (n - 1)`` of one reward a positive
+    number over 0); one of none, NaN.
     """
     stats = state.stats
     count = stats.sample_count
     squares = stats.m2 + stats.m2_low
     enough = count > ddof
     variance = jnp.where(enough, squares / jnp.where(enough, count - ddof, 1), jnp.nan)
-    values = (stats.mean, stats.mean_low, jnp.sqrt(variance))
+    std = jnp.where(enough | (count == 0), jnp.sqrt(variance), first_std)
+    values = (stats.mean, stats.mean_low, std)
     if domains is None:
         return tuple(v.astype(dtype) for v in values)
     return tuple(rs.per_key(v, domains).astype(dtype) for v in values)
