@@ -604,6 +604,75 @@ def test_version_2_checkpoints_load_bit_for_bit(name):
     assert_bit_identical(rn.load_state(transform.init(batch_shape), rn.save_state(state)), state)
 
 
+# Written in format version 3 before observation states recorded their placement
+# (static per_env, num_tasks) and before the configurations held normalize_observation's
+# epsilon_on and until_count and group_advantages' levels and arithmetic.
+OBSERVATION_BATCHES = (
+    [[1.0, -2.0], [0.5, 3.0], [2.25, -0.75]],
+    [[0.0, 1.0], [1.5, -3.0], [0.25, 0.75]],
+)
+EARLY_V3_OBSERVATIONS = {
+    # "brax" statistics of 2 features: shared, updated with the first batch; one set per
+    # environment of (3,), updated with both.
+    "shared": (rn.normalize_observation("brax"), (), 1),
+    "per_env": (
+        rn.normalize_observation("brax", statistics=rn.Statistics(per_env=True)),
+        (3,),
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EARLY_V3_OBSERVATIONS))
+def test_observation_checkpoints_saved_before_the_placement_load_bit_for_bit(name):
+    norm, batch_shape, steps = EARLY_V3_OBSERVATIONS[name]
+    data = (DATA / f"v3_observation_{name}.msgpack").read_bytes()
+    body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
+    assert body["version"] == 3
+    assert not {"per_env", "num_tasks"} & (set(body["static"]) | set(body["layout"]))
+    assert not {"epsilon_on", "until_count"} & set(body["metadata"])
+    template = norm.init(jnp.zeros(2), batch_shape=batch_shape)
+
+    loaded = rn.load_state(template, data, norm.config)
+    assert (loaded.per_env, loaded.num_tasks) == (template.per_env, template.num_tasks)
+    assert loaded.env_shape == template.env_shape
+    saved = body["state"]["stats"]
+    assert np.asarray(loaded.stats.moments).tobytes() == saved["moments"].tobytes()
+    assert np.asarray(loaded.stats.count_words).tobytes() == saved["count_words"].tobytes()
+    # The same statistics as the current code computes from the same batches.
+    state = template
+    for batch in OBSERVATION_BATCHES[:steps]:
+        state = norm.update(state, jnp.array(batch))
+    assert_bit_identical(loaded, state)
+    # Another arithmetic than the one that saved it is refused, naming the option.
+    other = rn.normalize_observation(
+        "brax", epsilon_on="std", statistics=rn.Statistics(per_env=name == "per_env")
+    )
+    with pytest.raises(ValueError, match="metadata 'epsilon_on': checkpoint has 'variance'"):
+        rn.load_state(template, data, other.config)
+
+
+def test_group_advantages_configs_saved_before_the_levels_load_as_their_preset():
+    data = (DATA / "v3_group_advantages_grpo.msgpack").read_bytes()
+    body = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
+    assert body["version"] == 3
+    assert "mean" not in body["metadata"]
+    grpo = rn.group_advantages("grpo", group_size=2)
+    assert rn.load_state({}, data, grpo.config) == {}
+    # The same levels named through the "normalized" estimator are another configuration.
+    levels = rn.group_advantages(mean="group", std="group", group_size=2)
+    with pytest.raises(ValueError, match="metadata 'estimator': checkpoint has 'grpo'"):
+        rn.load_state({}, data, levels.config)
+    for changed, message in (
+        ({"epsilon_at": "variance"}, "metadata 'epsilon_at': checkpoint has 'std'"),
+        ({"ddof": 0}, "metadata 'ddof': checkpoint has 1"),
+        ({"epsilon": 1e-6}, "metadata 'epsilon': checkpoint has 0.0"),
+    ):
+        other = rn.group_advantages("grpo", group_size=2, **changed)
+        with pytest.raises(ValueError, match=message):
+            rn.load_state({}, data, other.config)
+
+
 def test_a_checkpoint_of_one_state_type_is_refused_by_another_of_the_same_leaves():
     center, observations = rn.center_reward(), rn.normalize_observation()
     center_state = center.init(())

@@ -273,6 +273,7 @@ def without_static(data: bytes, names) -> bytes:
     """The checkpoint ``data`` as written before its state recorded the static ``names``."""
     record = serialization.msgpack_restore(serialization.msgpack_restore(data)["body"])
     record["static"] = {k: v for k, v in record["static"].items() if k not in names}
+    record["layout"] = {k: v for k, v in record["layout"].items() if k not in names}
     body = serialization.msgpack_serialize(record)
     return serialization.msgpack_serialize(
         {"format": "rewardnorm_jax.state", "crc32": zlib.crc32(body), "body": body}

@@ -220,7 +220,10 @@ def load_state(template, data: bytes, metadata: Config | Mapping[str, Any] | Non
     ``non_episodic`` semantics), options added since take the values the
     file implied (one scalar, episodic stream; ``finite_rewards=False`` for
     version 1), and the task ids that keyed states held (field ``task``)
-    are dropped: ids are an input of every step.
+    are dropped: ids are an input of every step. Static fields and options
+    added since (an observation state's ``per_env`` and ``num_tasks``,
+    ``normalize_observation``'s ``epsilon_on`` and ``until_count``,
+    ``group_advantages``' levels) take the values that gave the saved arithmetic.
 
     Returns:
       A state like ``template`` holding the saved values bit-exactly, with

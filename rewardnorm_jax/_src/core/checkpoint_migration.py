@@ -12,8 +12,12 @@ the template:
   configuration now nests (``"statistics/per_env"``, ``"semantics/clip"``):
   they are renamed, and options added since take the values the older files
   implied (:func:`current_metadata`);
+* options of ``normalize_observation`` and ``group_advantages`` added to
+  the configuration in version 3 take the values that gave the arithmetic
+  of the code that saved it (:func:`_with_added_v3_options`);
 * state fields no longer kept are dropped, and static fields added since
-  take the values older states held (:func:`current_fields`,
+  take the values older states held, in the static fields and in the
+  layout, which records them too (:func:`current_fields`,
   :func:`current_static`).
 """
 
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from rewardnorm_jax._src.core import semantics as sem_lib
+from rewardnorm_jax._src.llm.conventions import CONVENTIONS, PRESETS
 from rewardnorm_jax._src.stats.running import PRIOR_COUNT
 
 # Version 1 stored RunningStats as one leaf per quantity; version 2 packs them.
@@ -41,12 +46,19 @@ def migrate(record: dict[str, Any], expected: Any, expected_static: dict[str, An
     state = record["state"]
     if version == 1:
         state = pack_v1_stats(state)
-    return {
+    static = current_static(record["static"], expected_static)
+    migrated = {
         **record,
         "state": current_fields(state, expected),
-        "static": current_static(record["static"], expected_static),
+        "static": static,
         "metadata": current_metadata(record["metadata"], version),
     }
+    if "layout" in record:  # it describes static fields by their repr
+        added = {
+            path: repr(value) for path, value in static.items() if path not in record["static"]
+        }
+        migrated["layout"] = {**added, **record["layout"]}
+    return migrated
 
 
 def pack_v1_stats(tree):
@@ -99,6 +111,58 @@ def _with_added_options(metadata: dict[str, Any], version: int) -> dict[str, Any
             added = _ADDED_OPTIONS | ({"finite_rewards": False} if version == 1 else {})
             for option, default in added.items():
                 metadata.setdefault(prefix + option, default)
+    return metadata
+
+
+# Options of normalize_observation added in version 3, at the arithmetic of the
+# checkpoints saved before them: the epsilon added to the variance, statistics never frozen.
+_ADDED_OBSERVATION_OPTIONS = {"epsilon_on": "variance", "until_count": None}
+
+
+def _group_levels(metadata: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A ``group_advantages`` config's levels and arithmetic, as its estimator's preset sets them.
+
+    Configs saved before ``mean``, ``std``, ``leave_one_out``, ``ddof``,
+    ``epsilon``, ``epsilon_at``, ``num_domains`` and ``std_floor`` were options
+    computed what the saved estimator's preset and convention now set.
+    """
+    estimator = metadata.get(prefix + "estimator", "")
+    rules = CONVENTIONS.get(metadata.get(prefix + "convention", "exact"))
+    if rules is None:  # an unknown convention: the comparison names it
+        return {}
+    levels: tuple[str | None, bool | None, str | None] = (None, None, None)
+    mean, leave_one_out, std = PRESETS.get(estimator, levels)
+    return {
+        "mean": mean,
+        "std": std,
+        "leave_one_out": leave_one_out,
+        "ddof": rules.ddof,
+        "epsilon": float(rules.epsilon),
+        "epsilon_at": rules.epsilon_at,
+        "num_domains": None,
+        "std_floor": 0.0 if estimator == "rloo_std" else None,
+    }
+
+
+def _with_added_v3_options(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata with the options version 3 gained since it was saved, at the values it implied.
+
+    ``normalize_observation``: ``epsilon_on="variance"``, ``until_count=None``;
+    ``group_advantages``: its estimator's preset (:func:`_group_levels`).
+    """
+    metadata = dict(metadata)
+    for key, value in list(metadata.items()):
+        if not key.endswith("transform"):
+            continue
+        prefix = key[: -len("transform")]
+        if value == "normalize_observation":
+            added = _ADDED_OBSERVATION_OPTIONS
+        elif value == "group_advantages":
+            added = _group_levels(metadata, prefix)
+        else:
+            continue
+        for option, default in added.items():
+            metadata.setdefault(prefix + option, default)
     return metadata
 
 
@@ -187,6 +251,7 @@ def current_metadata(metadata: dict[str, Any], version: int) -> dict[str, Any]:
     renamed by :func:`_nested_options`, after the options added since they
     were saved take the values they implied.
     """
+    metadata = _with_added_v3_options(metadata)
     if version > 2:
         return metadata
     metadata = _with_added_options(metadata, version)
