@@ -21,12 +21,12 @@ the template:
   :func:`current_static`).
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rewardnorm_jax._src.core import semantics as sem_lib
-from rewardnorm_jax._src.llm.conventions import CONVENTIONS, PRESETS
 from rewardnorm_jax._src.stats.running import PRIOR_COUNT
 
 # Version 1 stored RunningStats as one leaf per quantity; version 2 packs them.
@@ -119,48 +119,28 @@ def _with_added_options(metadata: dict[str, Any], version: int) -> dict[str, Any
 _ADDED_OBSERVATION_OPTIONS = {"epsilon_on": "variance", "until_count": None}
 
 
-def _group_levels(metadata: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """A ``group_advantages`` config's levels and arithmetic, as its estimator's preset sets them.
-
-    Configs saved before ``mean``, ``std``, ``leave_one_out``, ``ddof``,
-    ``epsilon``, ``epsilon_at``, ``num_domains`` and ``std_floor`` were options
-    computed what the saved estimator's preset and convention now set.
-    """
-    estimator = metadata.get(prefix + "estimator", "")
-    rules = CONVENTIONS.get(metadata.get(prefix + "convention", "exact"))
-    if rules is None:  # an unknown convention: the comparison names it
-        return {}
-    levels: tuple[str | None, bool | None, str | None] = (None, None, None)
-    mean, leave_one_out, std = PRESETS.get(estimator, levels)
-    return {
-        "mean": mean,
-        "std": std,
-        "leave_one_out": leave_one_out,
-        "ddof": rules.ddof,
-        "epsilon": float(rules.epsilon),
-        "epsilon_at": rules.epsilon_at,
-        "num_domains": None,
-        "std_floor": 0.0 if estimator == "rloo_std" else None,
-    }
+ADDED_OPTIONS: dict[str, Callable[[dict[str, Any], str], dict[str, Any]]] = {
+    "normalize_observation": lambda metadata, prefix: _ADDED_OBSERVATION_OPTIONS,
+}
+"""Per transform, the options added since version 3 was first written, at the values they implied,
+from the metadata and a config's key prefix; a family registers those of its transforms here."""
 
 
 def _with_added_v3_options(metadata: dict[str, Any]) -> dict[str, Any]:
     """Metadata with the options version 3 gained since it was saved, at the values it implied.
 
     ``normalize_observation``: ``epsilon_on="variance"``, ``until_count=None``;
-    ``group_advantages``: its estimator's preset (:func:`_group_levels`).
+    ``group_advantages``: its estimator's preset; each transform's in :data:`ADDED_OPTIONS`.
     """
     metadata = dict(metadata)
     for key, value in list(metadata.items()):
         if not key.endswith("transform"):
             continue
         prefix = key[: -len("transform")]
-        if value == "normalize_observation":
-            added = _ADDED_OBSERVATION_OPTIONS
-        elif value == "group_advantages":
-            added = _group_levels(metadata, prefix)
-        else:
+        fill = ADDED_OPTIONS.get(value)
+        if fill is None:
             continue
+        added = fill(metadata, prefix)
         for option, default in added.items():
             metadata.setdefault(prefix + option, default)
     return metadata

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rewardnorm_jax._src.core import base, checks
+from rewardnorm_jax._src.core import base, checkpoint_migration, checks
 from rewardnorm_jax._src.llm import domains as domain_stats
 from rewardnorm_jax._src.llm import layout as layouts
 from rewardnorm_jax._src.llm.conventions import (
@@ -1075,3 +1075,31 @@ def _check_lengths(config: GroupAdvantageConfig, answers: int, lengths, dtype):
         )
     # A traced length out of range makes its group's baseline NaN, not a wrong number.
     return checks.as_lengths("lengths", lengths, dtype)
+
+
+def _saved_levels(metadata: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """A ``group_advantages`` config's levels and arithmetic, as its estimator's preset sets them.
+
+    Configs saved before ``mean``, ``std``, ``leave_one_out``, ``ddof``,
+    ``epsilon``, ``epsilon_at``, ``num_domains`` and ``std_floor`` were options
+    computed what the saved estimator's preset and convention now set.
+    """
+    estimator = metadata.get(prefix + "estimator", "")
+    rules = CONVENTIONS.get(metadata.get(prefix + "convention", "exact"))
+    if rules is None:  # an unknown convention: the comparison names it
+        return {}
+    levels: tuple[str | None, bool | None, str | None] = (None, None, None)
+    mean, leave_one_out, std = PRESETS.get(estimator, levels)
+    return {
+        "mean": mean,
+        "std": std,
+        "leave_one_out": leave_one_out,
+        "ddof": rules.ddof,
+        "epsilon": float(rules.epsilon),
+        "epsilon_at": rules.epsilon_at,
+        "num_domains": None,
+        "std_floor": 0.0 if estimator == "rloo_std" else None,
+    }
+
+
+checkpoint_migration.ADDED_OPTIONS["group_advantages"] = _saved_levels
