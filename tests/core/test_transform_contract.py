@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from absl.testing import parameterized
 from jax.experimental import checkify
 
 import rewardnorm_jax as rn
@@ -51,7 +50,6 @@ TRANSFORMS = {
 }
 # Transforms whose state declares per-environment fields: rewards must have their shape.
 BATCHED = [name for name, make in TRANSFORMS.items() if state_fields.batch_shape(make().init(4))]
-NAMED = [(name, name) for name in sorted(TRANSFORMS)]
 
 
 def layout(tree):
@@ -74,52 +72,55 @@ def checked(fn):
     return run
 
 
-class EveryTransform(chex.TestCase):
-    def call(self, fn, *args):
-        """``fn(*args)`` in the test's variant (eager or jit), its checkify error raised."""
-        err, out = self.variant(checkify.checkify(fn))(*args)
-        err.throw()
-        return out
+VARIANTS = {"eager": lambda fn: fn, "jit": jax.jit}
 
-    @chex.variants(with_jit=True, without_jit=True)
-    @parameterized.named_parameters(NAMED)
-    def test_empty_batches_pass_through_and_keep_the_state_layout(self, name):
-        transform = TRANSFORMS[name]()
-        for batch_shape in [(0,), (0, 3)]:
-            state = transform.init(batch_shape)
-            reward = jnp.zeros(batch_shape)
-            out, new_state = self.call(transform.step, state, reward, True, False)
-            assert out.shape == batch_shape
-            assert layout(new_state) == layout(state)
-            assert self.call(transform.apply, state, reward).shape == batch_shape
-            assert layout(self.call(transform.update, state, reward)) == layout(state)
-            # An empty batch leaves the statistics as they are (the step counter
-            # of check_finite_reward still counts the step).
-            chex.assert_trees_all_equal(floats(new_state), floats(state))
 
-    @parameterized.named_parameters(NAMED)
-    def test_one_rule_for_batch_shape(self, name):
-        transform = TRANSFORMS[name]()
-        chex.assert_trees_all_equal_shapes_and_dtypes(transform.init(4), transform.init((4,)))
-        chex.assert_trees_all_equal_shapes_and_dtypes(
-            transform.init(np.int64(3)), transform.init([3])
-        )
-        for bad in [-1, (2, -1)]:
-            with pytest.raises(ValueError, match=r"batch_shape should hold sizes >= 0, got"):
-                transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
-        for bad in [None, 2.0, "4", (2, None), True, (2.0,)]:
-            with pytest.raises(TypeError, match=r"batch_shape should be an int or a tuple of ints"):
-                transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
+def call(variant, fn, *args):
+    """``fn(*args)`` eagerly or under jit, its checkify error raised."""
+    err, out = VARIANTS[variant](checkify.checkify(fn))(*args)
+    err.throw()
+    return out
 
-    @chex.variants(with_jit=True, without_jit=True)
-    @parameterized.named_parameters([(name, name) for name in BATCHED])
-    def test_rewards_of_another_shape_are_refused_by_every_function(self, name):
-        transform = TRANSFORMS[name]()
-        state = transform.init((4,))
-        for reward in [jnp.ones((4, 1)), jnp.ones(3), jnp.ones(())]:
-            for fn in (transform.apply, transform.step, transform.update):
-                with pytest.raises(ValueError, match=r"reward has shape"):
-                    self.call(fn, state, reward)
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_empty_batches_pass_through_and_keep_the_state_layout(name, variant):
+    transform = TRANSFORMS[name]()
+    for batch_shape in [(0,), (0, 3)]:
+        state = transform.init(batch_shape)
+        reward = jnp.zeros(batch_shape)
+        out, new_state = call(variant, transform.step, state, reward, True, False)
+        assert out.shape == batch_shape
+        assert layout(new_state) == layout(state)
+        assert call(variant, transform.apply, state, reward).shape == batch_shape
+        assert layout(call(variant, transform.update, state, reward)) == layout(state)
+        # An empty batch leaves the statistics as they are (the step counter
+        # of check_finite_reward still counts the step).
+        chex.assert_trees_all_equal(floats(new_state), floats(state))
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_one_rule_for_batch_shape(name):
+    transform = TRANSFORMS[name]()
+    chex.assert_trees_all_equal_shapes_and_dtypes(transform.init(4), transform.init((4,)))
+    chex.assert_trees_all_equal_shapes_and_dtypes(transform.init(np.int64(3)), transform.init([3]))
+    for bad in [-1, (2, -1)]:
+        with pytest.raises(ValueError, match=r"batch_shape should hold sizes >= 0, got"):
+            transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
+    for bad in [None, 2.0, "4", (2, None), True, (2.0,)]:
+        with pytest.raises(TypeError, match=r"batch_shape should be an int or a tuple of ints"):
+            transform.init(bad)  # type: ignore[arg-type]  # deliberately invalid
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", BATCHED)
+def test_rewards_of_another_shape_are_refused_by_every_function(name, variant):
+    transform = TRANSFORMS[name]()
+    state = transform.init((4,))
+    for reward in [jnp.ones((4, 1)), jnp.ones(3), jnp.ones(())]:
+        for fn in (transform.apply, transform.step, transform.update):
+            with pytest.raises(ValueError, match=r"reward has shape"):
+                call(variant, fn, state, reward)
 
 
 def test_normalize_with_a_per_environment_state_refuses_a_column_of_rewards():
@@ -503,6 +504,11 @@ def stream(transform, dtype):
     return outs
 
 
+def jitted_stream(transform, dtype):
+    """``stream`` under jit: the transform's options are the program's constants."""
+    return jax.jit(lambda: stream(transform, dtype))()
+
+
 @pytest.mark.parametrize(
     ("name", "options"),
     [(name, options) for name in sorted(KNOBS) for options in KNOBS[name].near_limits],
@@ -511,15 +517,14 @@ def stream(transform, dtype):
 def test_options_near_the_dtype_limits_give_the_float64_numbers_or_an_error_naming_them(
     name, options
 ):
-    """Float32 against the same options in float64 (x64), operation by operation."""
+    """Float32 against the same options in float64 (x64), each stream one program."""
     knobs, options = KNOBS[name], as_float32(options)
-    with jax.disable_jit():
-        out, error = outcome(lambda: stream(knobs.build(**options), np.float32))
+    out, error = outcome(lambda: jitted_stream(knobs.build(**options), np.float32))
     if error is not None:
         assert refused_by_name(error, options), error
         return
-    with jax.enable_x64(True), jax.disable_jit():
-        want = stream(knobs.build(**options), np.float64)
+    with jax.enable_x64(True):
+        want = jitted_stream(knobs.build(**options), np.float64)
     assert_float64(out, want, rtol=1e-4)
 
 
