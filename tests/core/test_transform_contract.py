@@ -10,6 +10,7 @@ options near the dtype's limits and flags, which the axes vary.
 import dataclasses
 import functools
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import chex
@@ -72,7 +73,7 @@ def checked(fn):
     return run
 
 
-VARIANTS = {"eager": lambda fn: fn, "jit": jax.jit}
+VARIANTS: dict[str, Callable[[Callable], Callable]] = {"eager": lambda fn: fn, "jit": jax.jit}
 
 
 def call(variant, fn, *args):
