@@ -1014,7 +1014,7 @@ def test_scaled_support_entries_follow_a_float64_reference(name):
 # The axes: weights, placements, hyperparameters near the dtype's limits, traced
 # hyperparameters, flags. Each entry declares what it has (``Entry``). The weights share
 # one program per entry (``weighted_program``); the options near the limits are constants of
-# one program per case, float32 and float64 (fewer compilations than operation by operation).
+# one program per case, float32 and float64 (less to compile than operation by operation).
 WEIGHTED = [name for name, entry in ENTRIES.items() if entry.weights]
 TOTALS = (1.0, 3e9, 1e20, HUGE)  # a batch's largest weight: totals past 2**32, float32's max
 
