@@ -16,6 +16,9 @@ from its file's top-level imports and its ``requires`` markers: a test that
 needs an extra says so there (``@pytest.mark.requires``), never by an import
 inside its body.
 
+``--bit-for-bit=only`` keeps the files of ``BIT_FOR_BIT`` and ``--bit-for-bit=leave``
+leaves them out: ``full`` runs them apart, compiled at XLA's default fusion emitters.
+
 Files holding a test marked ``slow`` run first, then the others by their
 number of tests (``pytest-xdist``'s order, which the sessions turn off with
 ``--no-loadscope-reorder``): the long single tests start while the many short
@@ -33,6 +36,11 @@ from tests._extras import extras_needed, imported_modules, missing_reason
 ROOT = pathlib.Path(__file__).parent
 FAMILIES = ("core", "stats", "reward", "value", "llm", "observation")  # folders of tests/
 CONTRACTS = ("test_family_contract.py", "test_transform_contract.py")  # in every session
+# Files comparing two compiled programs bit for bit where that holds at XLA's default CPU
+# fusion emitters only: the gymnax wrappers' observations with the bare environment's, the
+# demo's one-arm evaluation with its two-arm one (the older emitters give the two programs
+# different last bits, and the demo's episodes then diverge).
+BIT_FOR_BIT = ("tests/adapters/test_gymnax_adapter.py", "tests/pages/test_demo.py")
 
 
 class NeedsExtra(pytest.File):
@@ -75,6 +83,13 @@ def pytest_runtest_setup(item):
             pytest.skip(reason)
 
 
+def pytest_configure(config):
+    """Refuses a ``BIT_FOR_BIT`` entry that names no file (its run would pass, empty)."""
+    missing = [name for name in BIT_FOR_BIT if not (ROOT / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"conftest.BIT_FOR_BIT names files that do not exist: {missing}")
+
+
 def pytest_addoption(parser):
     """The options that share the suite between the nox sessions (the module's docstring)."""
     group = parser.getgroup("rewardnorm_jax")
@@ -87,6 +102,11 @@ def pytest_addoption(parser):
         "--leave-families-to",
         metavar="EXTRAS",
         help="leave out the families' tests that need no extra beyond EXTRAS (comma-separated)",
+    )
+    group.addoption(
+        "--bit-for-bit",
+        choices=("only", "leave"),
+        help="only the files of conftest.BIT_FOR_BIT, or all but them",
     )
 
 
@@ -151,12 +171,22 @@ def _in_run_order(items: list) -> list:
     return sorted(items, key=lambda item: (item.path not in slow, -counts[item.path]))
 
 
+def _bit_for_bit(path: pathlib.Path) -> bool:
+    return path.is_relative_to(ROOT) and path.relative_to(ROOT).as_posix() in BIT_FOR_BIT
+
+
 def pytest_ignore_collect(collection_path: pathlib.Path, config):
-    """Under ``--families-only``, files of the rest of the suite are not even collected."""
-    if config.getoption("families_only") and collection_path.suffix == ".py":
-        path = collection_path.resolve()
-        if not (_in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)):
-            return True
+    """Files outside ``--families-only`` or ``--bit-for-bit``'s share are not even collected."""
+    if collection_path.suffix != ".py":
+        return None
+    path = collection_path.resolve()
+    if config.getoption("families_only") and not (
+        _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
+    ):
+        return True
+    bit_for_bit = config.getoption("bit_for_bit")
+    if bit_for_bit is not None and _bit_for_bit(path) != (bit_for_bit == "only"):
+        return True
     return None
 
 

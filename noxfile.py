@@ -6,7 +6,10 @@
   MuJoCo Playground, which need JAX < 0.10): the adapters, the pages'
   examples, notebooks, demo and benchmark smoke tests, the doctests, the
   families' tests that need an extra, and the contract tests; XLA compiles
-  them with its backend optimizations turned down (``QUICK_COMPILE``).
+  them with its backend optimizations turned down (``QUICK_COMPILE``) and
+  its older fusion emitters (``OLDER_EMITTERS``), but for the files that
+  compare two compiled programs bit for bit (``conftest.BIT_FOR_BIT``), run
+  apart at the default emitters.
 * ``newest``: the newest Python, JAX, Flax and Gymnasium, without gymnax: the
   families' tests (core, statistics, reward transforms, value targets,
   language models, observations), the contract tests and the Gymnasium
@@ -109,15 +112,15 @@ def caches(session: nox.Session) -> dict[str, str]:
 
 
 # full's tests compile far more than they run (a few steps of each framework's programs, Brax's
-# trainers, the pages' examples): XLA's backend spends less time optimizing the machine code,
-# about a quarter of their CPU time. Results move by an ulp or so (no fused multiply-adds),
-# within every tolerance; the families' exact numbers are checked at XLA's defaults in newest.
-# (XLA's older fusion emitters, ``--xla_cpu_use_fusion_emitters=false`` at JAX 0.9, would save
-# a fifth more on Brax's trainers, but give programs that differ around the same computation
-# different last bits: the wrappers' bit-for-bit comparisons with the bare environments fail.)
-QUICK_COMPILE = {
-    "XLA_FLAGS": "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-}
+# trainers, the pages' examples): XLA's backend spends less time optimizing the machine code
+# (QUICK_COMPILE), about a quarter of their CPU time, and XLA's older CPU fusion emitters
+# (OLDER_EMITTERS, JAX 0.9) compile a fifth faster again, most of all Brax's trainers. Results
+# move by an ulp or so (no fused multiply-adds), within every tolerance; the families' exact
+# numbers are checked at XLA's defaults in newest. The files whose bit-for-bit comparisons of
+# two compiled programs hold at the default emitters only (conftest.BIT_FOR_BIT) run apart,
+# without OLDER_EMITTERS.
+QUICK_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+OLDER_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 
 
 @nox.session(python=OLDEST, allow_parallel=True)
@@ -134,7 +137,12 @@ def full(session: nox.Session) -> None:
     """Every extra, at the lowest supported JAX and Gymnasium; what `newest` cannot run."""
     session.install("-e", ".[all,dev]", lowest("jax"), lowest("gymnasium"))
     leave = ("--leave-families-to", NEWEST_EXTRAS)
-    session.run(*PYTEST, *leave, *session.posargs, env={**caches(session), **QUICK_COMPILE})
+    env = caches(session)  # one cache for both runs: JAX's cache keys include XLA_FLAGS
+    # Exit status 5, no test collected: the arguments chose tests of the other run only.
+    chosen = (0, 5) if session.posargs else (0,)
+    for share, flags in (("leave", f"{QUICK_COMPILE} {OLDER_EMITTERS}"), ("only", QUICK_COMPILE)):
+        share_args = (*leave, f"--bit-for-bit={share}", *session.posargs)
+        session.run(*PYTEST, *share_args, env={**env, "XLA_FLAGS": flags}, success_codes=chosen)
 
 
 @nox.session(python=NEWEST, allow_parallel=False)  # alone: its tests use every core
