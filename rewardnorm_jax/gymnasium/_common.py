@@ -413,10 +413,12 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         :class:`ObjectiveStats` holding those values (a copy). An assignment is checked against
         the layout once the first step or a loaded checkpoint has set it, before that against
         the layout the environment declares (see :func:`declared_objective_shape`), and raises
-        ValueError naming the value and what is valid. Where neither is known, any value valid
-        for some layout is kept (an assignment may precede the first step, as in Gymnasium's
-        evaluation pattern ``eval_env.return_rms = train_env.return_rms``), and the step or
-        checkpoint that sets the layout raises ValueError if it does not fit, changing nothing.
+        ValueError naming the value and what is valid; so do values no statistics hold (a
+        negative variance, a NaN mean, a count of 0), which would give NaN rewards. Where
+        neither is known, any value valid for some layout is kept (an assignment may precede
+        the first step, as in Gymnasium's evaluation pattern
+        ``eval_env.return_rms = train_env.return_rms``), and the step or checkpoint that sets
+        the layout raises ValueError if it does not fit, changing nothing.
         """
         return self._return_rms
 
@@ -430,8 +432,9 @@ class Normalizer(HostStatistics, Generic[EnvT]):
                 f"return_rms should be {self._valid_stats(self._known_layout())}; got "
                 f"{describe_stats(value)}."
             )
+        checked = own_stats(value)  # another's values checked (ValueError naming return_rms)
         if shape:
-            value = own_stats(value)
+            value = checked
         self._return_rms, self._rms_assigned = value, True
 
     def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:

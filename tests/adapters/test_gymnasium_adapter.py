@@ -731,6 +731,28 @@ def test_assigned_moments_out_of_range_are_refused_naming_the_value():
     assert rms.get_state() == RunningMeanStd().get_state()
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("var", -1.0, r"var holds -1\.0; expected a variance >= 0"),
+        ("mean", math.nan, r"RunningMeanStd\.mean holds nan; expected a finite mean"),
+        ("count", 0.0, r"count holds 0\.0; expected a number of samples plus the prior"),
+    ],
+)
+def test_invalid_assigned_statistics_are_refused_naming_return_rms(field, value, message):
+    """Gymnasium's RunningMeanStd is kept as it is when valid; invalid, it would give NaN."""
+    env = NormalizeReward(ScriptedEnv([]))
+    theirs = GymRunningMeanStd(shape=())
+    setattr(theirs, field, np.float64(value))
+    before = env.return_rms
+    with pytest.raises(ValueError, match=r"^return_rms was assigned a RunningMeanStd .*" + message):
+        env.return_rms = theirs
+    assert env.return_rms is before  # nothing written
+    valid = GymRunningMeanStd(shape=())
+    env.return_rms = valid
+    assert env.return_rms is valid
+
+
 def test_statistics_refuse_values_that_are_not_real_numbers():
     rms = RunningMeanStd()
     for batch in (np.array([1 + 1j, 2.0]), np.array(["1", "2"])):
