@@ -235,6 +235,7 @@ def group(estimator, convention="exact", ragged=False, **levels):
         sized: dict[str, Any] = {size: 4}
         config = rn.group_advantages(estimator, convention=convention, **sized, **levels)
         hyperparameters["epsilon"] = config.config.epsilon
+        hyperparameters["ddof"] = config.config.ddof
         near += [Near({"epsilon": TINY}), Near({"epsilon": HUGE})]
     if estimator == "rloo_std":
         hyperparameters["std_floor"] = 1e-3

@@ -154,6 +154,7 @@ class GroupAdvantageConfig(base.Config):
 
     def _set_arithmetic(self, rules: Convention) -> None:
         """``ddof``, ``epsilon``, ``epsilon_at`` (the convention's unless given), ``std_floor``."""
+        checks.check_static("ddof", self.ddof)
         ddof = rules.ddof if self.ddof is None else self.ddof
         if isinstance(ddof, bool) or ddof not in (0, 1):
             raise ValueError(f"ddof should be 0 or 1, got ddof={self.ddof!r}.")
