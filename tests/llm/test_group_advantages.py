@@ -536,6 +536,12 @@ def test_wide_integers_out_of_range_values_and_traced_lengths_give_no_wrong_numb
     # Weights whose weighted sum passes the dtype: standardized over the batch, as their
     # proportions say (weights (1, 1) scaled).
     scores = np.array([[1, 0], [0, 0], [1, 1], [0, 1]], np.float32)
+    for weights in (np.array([1.0, 0.5]), jnp.array([1.0, 0.5])):  # a concrete array: a tuple
+        gdpo = rn.group_advantages("gdpo", group_size=2, reward_weights=weights)
+        assert gdpo.config.reward_weights == (1.0, 0.5)
+    traced = jax.jit(lambda w: rn.group_advantages("gdpo", group_size=2, reward_weights=w))
+    with pytest.raises(TypeError, match=r"reward_weights should be a concrete sequence of"):
+        traced(np.array([1.0, 0.5]))
     huge = rn.group_advantages("gdpo", group_size=2, reward_weights=(3e38, 3e38)).apply(scores)
     ones = rn.group_advantages("gdpo", group_size=2, reward_weights=(1.0, 1.0)).apply(scores)
     assert np.isfinite(huge.advantages).all()

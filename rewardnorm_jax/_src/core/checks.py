@@ -35,10 +35,7 @@ def check_batch_shape(batch_shape, name: str = "batch_shape") -> Shape:
     """
     sizes = (batch_shape,) if _is_size(batch_shape) else batch_shape
     if not (isinstance(sizes, (tuple, list)) and all(map(_is_size, sizes))):
-        raise TypeError(
-            f"{name} should be an int or a tuple of ints (the shape of the rewards), "
-            f"got {name}={batch_shape!r}."
-        )
+        raise TypeError(f"{name} should be an int or a tuple of ints, got {name}={batch_shape!r}.")
     sizes = tuple(operator.index(size) for size in sizes)
     if any(size < 0 for size in sizes):
         raise ValueError(f"{name} should hold sizes >= 0, got {name}={batch_shape!r}.")

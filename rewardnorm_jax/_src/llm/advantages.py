@@ -253,6 +253,9 @@ class GroupAdvantageConfig(base.Config):
                 f"estimator={self.estimator!r}."
             )
         weights = self.reward_weights
+        checks.check_static("reward_weights", weights, "sequence of numbers")
+        if isinstance(weights, (np.ndarray, jax.Array)) and np.ndim(weights) == 1:
+            weights = tuple(np.asarray(weights).tolist())  # a concrete array: its numbers
         if not (
             isinstance(weights, (tuple, list))
             and weights
@@ -260,7 +263,7 @@ class GroupAdvantageConfig(base.Config):
         ):
             raise ValueError(
                 "reward_weights should be a non-empty sequence of finite numbers, one per "
-                f"reward function, got reward_weights={weights!r}."
+                f"reward function, got reward_weights={self.reward_weights!r}."
             )
         return tuple(float(w) for w in weights)
 
@@ -464,7 +467,8 @@ def group_advantages(
         then, where it is required): True if an id names one group on every
         device (its statistics are summed across the axis), False if each
         device numbers its own groups.
-      reward_weights: ``gdpo`` only: a weight per reward function (default 1).
+      reward_weights: ``gdpo`` only: a weight per reward function (default 1), a
+        sequence of numbers or a concrete 1-D array.
       standardize_batch: standardize the advantages over the batch afterwards,
         :math:`(A - \bar A) / (\sigma_A + \epsilon)` over the valid answers
         (TRL RLOO's ``normalize_advantages``); ``exact`` and ``trl`` only.
