@@ -137,6 +137,9 @@ def _extras_of(item) -> set[str]:
 def _kept(item, config) -> bool:
     """Whether ``item`` runs in this session."""
     path = item.path
+    bit_for_bit = config.getoption("bit_for_bit")
+    if bit_for_bit is not None and _bit_for_bit(path) != (bit_for_bit == "only"):
+        return False  # a file named on the command line, which pytest collects regardless
     if config.getoption("families_only"):
         return _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
     left_to = config.getoption("leave_families_to")
@@ -179,7 +182,7 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config):
     """Files outside ``--families-only`` or ``--bit-for-bit``'s share are not even collected."""
     if collection_path.suffix != ".py":
         return None
-    path = collection_path.resolve()
+    path = collection_path
     if config.getoption("families_only") and not (
         _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
     ):

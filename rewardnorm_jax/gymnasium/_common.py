@@ -247,6 +247,27 @@ def own_stats(rms, objectives: bool = True, name: str = "return_rms") -> Running
     return stats
 
 
+def check_kept_stats(rms, name: str = "return_rms") -> None:
+    """A ValueError naming ``name`` where statistics used as they are give no statistics.
+
+    Another's ``RunningMeanStd`` (Gymnasium's, of any prior count) kept as it is needs a finite
+    mean, a variance >= 0 and a count above 0; otherwise the rewards it scales come out NaN.
+    """
+    rules = (
+        ("mean", np.isfinite, "a finite mean"),
+        ("var", lambda var: var >= 0, "a variance >= 0"),
+        ("count", lambda count: (count > 0) & np.isfinite(count), "a finite count above 0"),
+    )
+    try:
+        for field, valid, expected in rules:
+            values = np.asarray(getattr(rms, field), np.float64)
+            checks.refuse_where(field, values, ~valid(values), expected)
+    except ValueError as error:
+        raise ValueError(
+            f"{name} was assigned {describe_stats(rms)} that gives no statistics: {error}"
+        ) from error
+
+
 def bounded_property(name: str, valid: str, within: Callable[[float], bool]) -> Any:
     """The hyperparameter ``name``: a Python float in ``self._name``, checked when assigned.
 
@@ -413,8 +434,8 @@ class Normalizer(HostStatistics, Generic[EnvT]):
         :class:`ObjectiveStats` holding those values (a copy). An assignment is checked against
         the layout once the first step or a loaded checkpoint has set it, before that against
         the layout the environment declares (see :func:`declared_objective_shape`), and raises
-        ValueError naming the value and what is valid; so do values no statistics hold (a
-        negative variance, a NaN mean, a count of 0), which would give NaN rewards. Where
+        ValueError naming the value and what is valid; so do values that give no statistics
+        (a mean that is not finite, a negative or NaN variance, a count not above 0). Where
         neither is known, any value valid for some layout is kept (an assignment may precede
         the first step, as in Gymnasium's evaluation pattern
         ``eval_env.return_rms = train_env.return_rms``), and the step or checkpoint that sets
@@ -432,9 +453,10 @@ class Normalizer(HostStatistics, Generic[EnvT]):
                 f"return_rms should be {self._valid_stats(self._known_layout())}; got "
                 f"{describe_stats(value)}."
             )
-        checked = own_stats(value)  # another's values checked (ValueError naming return_rms)
         if shape:
-            value = checked
+            value = own_stats(value)  # a copy as this library's, its values checked
+        else:
+            check_kept_stats(value)
         self._return_rms, self._rms_assigned = value, True
 
     def _valid_stats(self, objective_shape: tuple[int, ...] | None) -> str:

@@ -21,6 +21,7 @@ from gymnasium.wrappers.utils import RunningMeanStd as GymRunningMeanStd
 import rewardnorm_jax as rn
 from benchmarks import gymnasium_overhead
 from rewardnorm_jax.gymnasium import ClipReward, NormalizeReward, RunningMeanStd, TransformReward
+from rewardnorm_jax.gymnasium import vector as rn_vector
 
 RTOL = 1e-12  # agreement with Gymnasium: float64 rounding (the golden tolerance)
 
@@ -735,20 +736,27 @@ def test_assigned_moments_out_of_range_are_refused_naming_the_value():
     ("field", "value", "message"),
     [
         ("var", -1.0, r"var holds -1\.0; expected a variance >= 0"),
-        ("mean", math.nan, r"RunningMeanStd\.mean holds nan; expected a finite mean"),
-        ("count", 0.0, r"count holds 0\.0; expected a number of samples plus the prior"),
+        ("var", math.nan, r"var holds nan; expected a variance >= 0"),
+        ("mean", math.nan, r"mean holds nan; expected a finite mean"),
+        ("mean", math.inf, r"mean holds inf; expected a finite mean"),
+        ("count", 0.0, r"count holds 0\.0; expected a finite count above 0"),
     ],
 )
-def test_invalid_assigned_statistics_are_refused_naming_return_rms(field, value, message):
+@pytest.mark.parametrize("vector", [False, True])
+def test_invalid_assigned_statistics_are_refused_naming_return_rms(field, value, message, vector):
     """Gymnasium's RunningMeanStd is kept as it is when valid; invalid, it would give NaN."""
-    env = NormalizeReward(ScriptedEnv([]))
+    if vector:
+        env: Any = rn_vector.NormalizeReward(gym.make_vec("CartPole-v1", 2, "sync"))
+    else:
+        env = NormalizeReward(ScriptedEnv([]))
     theirs = GymRunningMeanStd(shape=())
     setattr(theirs, field, np.float64(value))
     before = env.return_rms
     with pytest.raises(ValueError, match=r"^return_rms was assigned a RunningMeanStd .*" + message):
         env.return_rms = theirs
     assert env.return_rms is before  # nothing written
-    valid = GymRunningMeanStd(shape=())
+    # Valid, of any prior count (Gymnasium's epsilon): kept as it is.
+    valid = GymRunningMeanStd(epsilon=1e-8, shape=())
     env.return_rms = valid
     assert env.return_rms is valid
 
