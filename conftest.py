@@ -137,8 +137,7 @@ def _extras_of(item) -> set[str]:
 def _kept(item, config) -> bool:
     """Whether ``item`` runs in this session."""
     path = item.path
-    bit_for_bit = config.getoption("bit_for_bit")
-    if bit_for_bit is not None and _bit_for_bit(path) != (bit_for_bit == "only"):
+    if _outside_bit_for_bit_share(path, config):
         return False  # a file named on the command line, which pytest collects regardless
     if config.getoption("families_only"):
         return _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
@@ -174,8 +173,13 @@ def _in_run_order(items: list) -> list:
     return sorted(items, key=lambda item: (item.path not in slow, -counts[item.path]))
 
 
-def _bit_for_bit(path: pathlib.Path) -> bool:
-    return path.is_relative_to(ROOT) and path.relative_to(ROOT).as_posix() in BIT_FOR_BIT
+def _outside_bit_for_bit_share(path: pathlib.Path, config) -> bool:
+    """Whether ``--bit-for-bit`` (``only`` or ``leave``) leaves ``path`` out."""
+    share = config.getoption("bit_for_bit")
+    if share is None:
+        return False
+    listed = path.is_relative_to(ROOT) and path.relative_to(ROOT).as_posix() in BIT_FOR_BIT
+    return listed != (share == "only")
 
 
 def pytest_ignore_collect(collection_path: pathlib.Path, config):
@@ -187,8 +191,7 @@ def pytest_ignore_collect(collection_path: pathlib.Path, config):
         _in_families(path) or _gymnasium_adapter(path) or _gymnasium_doctest(path)
     ):
         return True
-    bit_for_bit = config.getoption("bit_for_bit")
-    if bit_for_bit is not None and _bit_for_bit(path) != (bit_for_bit == "only"):
+    if _outside_bit_for_bit_share(path, config):
         return True
     return None
 
